@@ -1,0 +1,3 @@
+from infbench.cli import main
+
+main()
