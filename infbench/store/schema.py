@@ -1,0 +1,246 @@
+"""The infbench store schema, version by version.
+
+One DuckDB file holds everything a run produced. Every table is keyed by ``run_id``.
+Times inside a run are integer nanoseconds on the client's monotonic clock, relative to
+the run's ``runs.t0_monotonic_ns`` (so ``t_ns = 0`` is the moment the run started).
+JSON documents are stored as VARCHAR holding JSON text (query them with ``json_extract``).
+
+Tables (schema version 1)
+
+``schema_version``
+    One row per applied migration: ``version``, ``applied_at``, ``description``.
+``runs``
+    One row per run: ``status`` is ``running`` | ``completed`` | ``interrupted`` | ``failed``
+    (``status_reason`` says why when not completed); ``config`` is the full resolved run
+    configuration (never holds an API key); ``summary`` is the summary JSON written at the end;
+    ``client_bound`` is true when the client, not the target, limited the run.
+``requests``
+    One row per request sent (including warm-up/cool-down: ``phase`` says which).
+    ``intended_send_ns`` is the arrival schedule, ``send_ns`` the moment the request was handed
+    to the socket. ``first_content_ns`` / ``last_content_ns`` bound the content-carrying chunks,
+    ``last_chunk_ns`` is the last SSE event of any kind, ``end_ns`` is when the stream closed. ``error_class`` is NULL for a good request, else one of
+    ``http_<status>``, ``timeout``, ``connection_refused``, ``connection_reset``,
+    ``connection_error``, ``truncated_sse``, ``malformed_sse``, ``invalid_utf8``, ``server_error``
+    (an error event inside the stream), ``cancelled`` (the run was interrupted).
+    ``output_tokens_source`` is ``usage`` (the server's usage block) or ``counted`` (one per
+    content-carrying chunk). ``response_id`` is the id the server gave the completion and
+    ``server_request_id`` its ``x-request-id`` header, for joining with server logs.
+``chunks``
+    One row per SSE event. ``t_ns`` is when the socket read that completed the event returned;
+    ``read_idx`` numbers those reads within the request, so several events that arrived in one
+    read share a ``read_idx`` and ``coalesced`` is true for every content chunk that arrived in
+    the same read as the previous content chunk (its ITL is 0 ms because the client could not
+    tell the events apart, not because the server sent them at once).
+``metric_samples``
+    Scrapes of the target's Prometheus ``/metrics``: ``name``, ``labels`` (``k="v",...`` as
+    printed), ``value``.
+``engine_steps``
+    The reference engine's per-step log (``/engine/steps``); ``start_s``/``end_s`` are the
+    engine's monotonic seconds, which on the same host is the client's clock
+    (``start_s * 1e9 - runs.t0_monotonic_ns`` puts a step on the run's time axis).
+``client_samples``
+    The load generator's own health once per sampling interval: in-flight requests,
+    event-loop lag, schedule lag, CPU use, resident memory.
+
+Views: ``request_latency`` (TTFT, e2e, TPOT from the actual and from the intended send, in ms)
+and ``itl`` (gaps between consecutive content chunks of a request, in ms).
+
+Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+# Column lists are the single source of truth: the DDL and the Arrow schema used by the
+# bulk writer are both generated from them, so they cannot drift apart.
+_T = {
+    "VARCHAR": pa.string(),
+    "BIGINT": pa.int64(),
+    "INTEGER": pa.int32(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (name, DuckDB type); run_id comes first
+
+    def ddl(self) -> str:
+        cols = ",\n  ".join(f"{n} {t}" for n, t in self.columns)
+        return f"CREATE TABLE {self.name} (\n  {cols}\n)"
+
+    def arrow_schema(self) -> pa.Schema:
+        """Schema of a batch handed to the writer: every column but run_id."""
+        return pa.schema([(n, _T[t]) for n, t in self.columns if n != "run_id"])
+
+    @property
+    def batch_columns(self) -> list[str]:
+        return [n for n, _ in self.columns if n != "run_id"]
+
+
+REQUESTS = Table(
+    "requests",
+    (
+        ("run_id", "VARCHAR"),
+        ("request_idx", "INTEGER"),
+        ("label", "VARCHAR"),
+        ("phase", "VARCHAR"),
+        ("conversation_id", "INTEGER"),
+        ("turn", "INTEGER"),
+        ("intended_send_ns", "BIGINT"),
+        ("send_ns", "BIGINT"),
+        ("headers_ns", "BIGINT"),
+        ("first_chunk_ns", "BIGINT"),
+        ("first_content_ns", "BIGINT"),
+        ("last_content_ns", "BIGINT"),
+        ("last_chunk_ns", "BIGINT"),
+        ("end_ns", "BIGINT"),
+        ("status_code", "INTEGER"),
+        ("error_class", "VARCHAR"),
+        ("error_message", "VARCHAR"),
+        ("target_input_tokens", "INTEGER"),
+        ("prompt_tokens", "INTEGER"),
+        ("prompt_tokens_source", "VARCHAR"),
+        ("max_tokens", "INTEGER"),
+        ("output_tokens", "INTEGER"),
+        ("output_tokens_source", "VARCHAR"),
+        ("cached_tokens", "INTEGER"),
+        ("num_chunks", "INTEGER"),
+        ("num_content_chunks", "INTEGER"),
+        ("num_reads", "INTEGER"),
+        ("coalesced_chunks", "INTEGER"),
+        ("response_bytes", "BIGINT"),
+        ("finish_reason", "VARCHAR"),
+        ("response_id", "VARCHAR"),
+        ("server_request_id", "VARCHAR"),
+    ),
+)
+
+CHUNKS = Table(
+    "chunks",
+    (
+        ("run_id", "VARCHAR"),
+        ("request_idx", "INTEGER"),
+        ("seq", "INTEGER"),
+        ("t_ns", "BIGINT"),
+        ("read_idx", "INTEGER"),
+        ("nbytes", "INTEGER"),
+        ("content", "BOOLEAN"),
+        ("coalesced", "BOOLEAN"),
+    ),
+)
+
+METRIC_SAMPLES = Table(
+    "metric_samples",
+    (
+        ("run_id", "VARCHAR"),
+        ("t_ns", "BIGINT"),
+        ("source", "VARCHAR"),
+        ("name", "VARCHAR"),
+        ("labels", "VARCHAR"),
+        ("value", "DOUBLE"),
+    ),
+)
+
+ENGINE_STEPS = Table(
+    "engine_steps",
+    (
+        ("run_id", "VARCHAR"),
+        ("step_id", "BIGINT"),
+        ("start_s", "DOUBLE"),
+        ("end_s", "DOUBLE"),
+        ("prefill_tokens", "INTEGER"),
+        ("decode_seqs", "INTEGER"),
+        ("num_running", "INTEGER"),
+        ("num_waiting", "INTEGER"),
+        ("preemptions", "INTEGER"),
+        ("kv_blocks_used", "INTEGER"),
+        ("kv_blocks_total", "INTEGER"),
+        ("fault", "VARCHAR"),
+    ),
+)
+
+CLIENT_SAMPLES = Table(
+    "client_samples",
+    (
+        ("run_id", "VARCHAR"),
+        ("t_ns", "BIGINT"),
+        ("in_flight", "INTEGER"),
+        ("completed", "INTEGER"),
+        ("errors", "INTEGER"),
+        ("loop_lag_ms", "DOUBLE"),
+        ("schedule_lag_ms", "DOUBLE"),
+        ("cpu_percent", "DOUBLE"),
+        ("rss_bytes", "BIGINT"),
+    ),
+)
+
+BULK_TABLES: dict[str, Table] = {
+    t.name: t for t in (REQUESTS, CHUNKS, METRIC_SAMPLES, ENGINE_STEPS, CLIENT_SAMPLES)
+}
+
+RUNS_DDL = """
+CREATE TABLE runs (
+  run_id VARCHAR PRIMARY KEY,
+  created_at TIMESTAMP NOT NULL,
+  finished_at TIMESTAMP,
+  status VARCHAR NOT NULL,
+  status_reason VARCHAR,
+  target_url VARCHAR,
+  model VARCHAR,
+  endpoint VARCHAR,
+  config VARCHAR,
+  summary VARCHAR,
+  client_bound BOOLEAN,
+  t0_monotonic_ns BIGINT,
+  infbench_version VARCHAR,
+  hostname VARCHAR,
+  pid INTEGER
+)
+"""
+
+VIEWS_DDL = [
+    """
+CREATE OR REPLACE VIEW request_latency AS
+SELECT run_id, request_idx, label, phase, error_class,
+       (first_content_ns - send_ns) / 1e6 AS ttft_ms,
+       (first_content_ns - intended_send_ns) / 1e6 AS ttft_intended_ms,
+       (last_chunk_ns - send_ns) / 1e6 AS e2e_ms,
+       (last_chunk_ns - intended_send_ns) / 1e6 AS e2e_intended_ms,
+       CASE WHEN output_tokens > 1
+            THEN (last_chunk_ns - first_content_ns) / 1e6 / (output_tokens - 1) END AS tpot_ms,
+       (send_ns - intended_send_ns) / 1e6 AS schedule_lag_ms,
+       prompt_tokens, output_tokens
+FROM requests
+""",
+    """
+CREATE OR REPLACE VIEW itl AS
+SELECT run_id, request_idx, seq, t_ns, coalesced,
+       (t_ns - lag(t_ns) OVER (PARTITION BY run_id, request_idx ORDER BY seq)) / 1e6 AS itl_ms
+FROM chunks
+WHERE content
+""",
+]
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "initial schema: runs, requests, chunks, metric_samples, engine_steps, client_samples",
+        (RUNS_DDL, *(t.ddl() for t in BULK_TABLES.values()), *VIEWS_DDL),
+    ),
+)
+
+SCHEMA_VERSION = MIGRATIONS[-1].version

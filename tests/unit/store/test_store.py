@@ -1,0 +1,156 @@
+"""The store: schema creation, migration, bulk writer, run rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from infbench.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    BatchWriter,
+    ColumnBuffer,
+    Migration,
+    StoreError,
+    create_run,
+    finish_run,
+    get_run,
+    list_runs,
+    open_store,
+    schema_version,
+)
+
+
+def _new_run(con: duckdb.DuckDBPyConnection, run_id: str = "r1") -> None:
+    create_run(
+        con,
+        run_id=run_id,
+        config={"rate": 2.0},
+        target_url="http://127.0.0.1:1",
+        model="m",
+        endpoint="completions",
+        t0_monotonic_ns=0,
+    )
+
+
+def test_new_file_gets_current_schema(tmp_path: Path) -> None:
+    con = open_store(tmp_path / "s.duckdb")
+    assert schema_version(con) == SCHEMA_VERSION
+    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert {"runs", "requests", "chunks", "metric_samples", "engine_steps", "client_samples"} <= tables
+
+
+def test_older_schema_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    con = open_store(path, migrations=MIGRATIONS)
+    _new_run(con)
+    con.close()
+    v2 = Migration(SCHEMA_VERSION + 1, "add a column", ("ALTER TABLE runs ADD COLUMN note VARCHAR",))
+    con = open_store(path, migrations=(*MIGRATIONS, v2))
+    assert schema_version(con) == SCHEMA_VERSION + 1
+    assert con.execute("SELECT run_id, note FROM runs").fetchall() == [("r1", None)]
+
+
+def test_failed_migration_leaves_file_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    open_store(path).close()
+    bad = Migration(SCHEMA_VERSION + 1, "broken", ("ALTER TABLE runs ADD COLUMN x INT", "SELECT * FROM nowhere"))
+    with pytest.raises(StoreError, match="migration"):
+        open_store(path, migrations=(*MIGRATIONS, bad))
+    con = open_store(path)
+    assert schema_version(con) == SCHEMA_VERSION
+    assert "x" not in [r[0] for r in con.execute("DESCRIBE runs").fetchall()]
+
+
+def test_newer_schema_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    v_next = Migration(SCHEMA_VERSION + 1, "future", ("CREATE TABLE later (x INT)",))
+    open_store(path, migrations=(*MIGRATIONS, v_next)).close()
+    with pytest.raises(StoreError, match="newer infbench"):
+        open_store(path)
+
+
+def test_read_only_open_of_old_schema_says_how_to_migrate(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    open_store(path).close()
+    v_next = Migration(SCHEMA_VERSION + 1, "next", ("CREATE TABLE later (x INT)",))
+    with pytest.raises(StoreError, match="migrate"):
+        open_store(path, read_only=True, migrations=(*MIGRATIONS, v_next))
+
+
+def test_foreign_duckdb_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t (x INT)")
+    con.close()
+    with pytest.raises(StoreError, match="not an infbench store"):
+        open_store(path)
+
+
+def test_missing_file_read_only_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no such store"):
+        open_store(tmp_path / "absent.duckdb", read_only=True)
+
+
+def test_writer_ingests_batches_and_fills_missing_columns(tmp_path: Path) -> None:
+    con = open_store(tmp_path / "s.duckdb")
+    _new_run(con)
+    writer = BatchWriter(con, "r1", max_pending=1)
+    buf = ColumnBuffer("chunks")
+    for batch in range(5):
+        n = 1000
+        buf.extend(
+            {
+                "request_idx": [batch] * n,
+                "seq": list(range(n)),
+                "t_ns": list(range(0, n * 10, 10)),
+                "read_idx": list(range(n)),
+                "nbytes": [100] * n,
+                "content": [True] * n,
+            }
+        )
+        writer.put_buffer(buf)
+        assert len(buf) == 0
+    writer.close()
+    assert writer.rows_written["chunks"] == 5000
+    count, nulls, runs = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE coalesced IS NULL), count(DISTINCT run_id) FROM chunks"
+    ).fetchone()
+    assert (count, nulls, runs) == (5000, 5000, 1)
+    itl = con.execute("SELECT max(itl_ms) FROM itl").fetchone()[0]
+    assert itl == pytest.approx(10 / 1e6)
+
+
+def test_column_buffer_rejects_ragged_columns() -> None:
+    buf = ColumnBuffer("chunks")
+    with pytest.raises(ValueError, match="chunks.seq"):
+        buf.extend({"request_idx": [1, 2], "seq": [1]})
+
+
+def test_writer_error_surfaces_in_producer(tmp_path: Path) -> None:
+    con = open_store(tmp_path / "s.duckdb")
+    writer = BatchWriter(con, "r1")
+    writer.put("chunks", {"request_idx": ["not-an-int"], "seq": [0], "t_ns": [0], "read_idx": [0],
+                          "nbytes": [0], "content": [True], "coalesced": [False]})
+    with pytest.raises(RuntimeError, match="store writer failed"):
+        writer.close()
+
+
+def test_run_lifecycle_and_lookup(tmp_path: Path) -> None:
+    con = open_store(tmp_path / "s.duckdb")
+    _new_run(con, "20250101-000000-aaaaaa")
+    _new_run(con, "20250101-000001-bbbbbb")
+    finish_run(con, "20250101-000000-aaaaaa", status="interrupted", reason="SIGINT",
+               summary={"completed": 3}, client_bound=False)
+    run = get_run(con, "20250101-000000")
+    assert run.status == "interrupted" and run.status_reason == "SIGINT"
+    assert run.summary == {"completed": 3} and run.config == {"rate": 2.0}
+    assert get_run(con, "last").run_id in {r.run_id for r in list_runs(con)}
+    with pytest.raises(StoreError, match="ambiguous"):
+        get_run(con, "20250101")
+    with pytest.raises(StoreError, match="no such run"):
+        get_run(con, "nope")
+    with pytest.raises(ValueError, match="status"):
+        finish_run(con, "20250101-000001-bbbbbb", status="weird")
