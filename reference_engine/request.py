@@ -64,7 +64,7 @@ class Sequence:
 
     __slots__ = (
         "seq_id", "request_id", "params", "on_output", "token_ids", "num_prompt_tokens",
-        "num_computed_tokens", "block_table", "block_hashes", "status", "finish_reason",
+        "num_computed_tokens", "block_table", "block_hashes", "num_registered_blocks", "status", "finish_reason",
         "arrival_time", "first_scheduled_time", "first_token_time", "num_cached_tokens",
         "num_preemptions", "aborted",
     )
@@ -89,6 +89,7 @@ class Sequence:
         # Chained hashes of this sequence's full blocks, in order; they depend only on the
         # tokens, so they survive preemption and are reused when the sequence comes back.
         self.block_hashes: list[int] = []
+        self.num_registered_blocks = 0  # leading blocks of block_table offered to the cache
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None
         self.arrival_time = arrival_time

@@ -1,0 +1,258 @@
+"""Continuous-batching scheduler: who runs in the next step, and with how many tokens.
+
+Per step, in the order vLLM v1 uses:
+1. running decodes (one token each), growing their KV by a block when one fills; when the
+   pool is dry the newest running sequence is preempted by recompute (blocks freed, moved
+   to the front of the waiting queue, prefilled again later — prompt and output so far);
+2. running sequences with prefill left (chunked prefill continues), within the budget;
+3. waiting sequences, first come first served, while there is token budget, a free seat
+   (max_num_seqs) and KV for the whole prompt — KV is reserved at admission, so a
+   sequence in prefill never waits for blocks, and refunded when it finishes. Nothing is
+   admitted in a step that had to preempt.
+A request that could never fit is refused before it enters the queue (`check_admissible`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from reference_engine.block_pool import BlockPool, InvariantError, KVCacheManager
+from reference_engine.executor import SeqWork, StepBatch
+from reference_engine.request import Sequence, SequenceStatus
+
+
+class AdmissionError(ValueError):
+    """The request can never be served under this configuration."""
+
+
+@dataclass
+class SchedulerOutput:
+    batch: StepBatch
+    scheduled: list[tuple[Sequence, int]]   # (sequence, tokens computed this step)
+    preempted: list[Sequence] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_seqs: int = 0
+
+
+@dataclass
+class SeqUpdate:
+    seq: Sequence
+    new_token_ids: list[int]
+    finished: bool
+
+
+class Scheduler:
+    def __init__(
+        self,
+        pool: BlockPool,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        enable_chunked_prefill: bool = True,
+        eos_token_id: int = -1,
+    ) -> None:
+        self.pool = pool
+        self.kv = KVCacheManager(pool)
+        self.max_num_seqs = max_num_seqs
+        self.token_budget = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.chunked = enable_chunked_prefill
+        self.eos_token_id = eos_token_id
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # in admission order: the tail is the newest
+        self.num_preemptions = 0
+        self.prefix_cache_queries = 0  # tokens looked up at admission
+        self.prefix_cache_hits = 0     # of which served from the cache
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    # ---- admission --------------------------------------------------------------------------
+    def check_admissible(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        total = num_prompt_tokens + max_tokens
+        if num_prompt_tokens <= 0:
+            raise AdmissionError("prompt must contain at least one token")
+        if total > self.max_model_len:
+            raise AdmissionError(
+                f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} "
+                f"exceeds max_model_len ({self.max_model_len})")
+        need = self.kv.blocks_needed(total)
+        if need > self.pool.num_blocks:
+            raise AdmissionError(
+                f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) needs {need} "
+                f"KV blocks of {self.pool.block_size} tokens; the pool has {self.pool.num_blocks}")
+        if not self.chunked and num_prompt_tokens > self.token_budget:
+            raise AdmissionError(
+                f"prompt ({num_prompt_tokens} tokens) exceeds max_num_batched_tokens "
+                f"({self.token_budget}) and chunked prefill is disabled")
+
+    def add(self, seq: Sequence) -> None:
+        self.check_admissible(seq.num_prompt_tokens, seq.params.max_tokens)
+        self.waiting.append(seq)
+
+    def abort(self, seq: Sequence) -> bool:
+        """Remove a live sequence and free its blocks (exactly once). False if not live."""
+        if seq.status is SequenceStatus.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.RUNNING and seq in self.running:
+            self.running.remove(seq)
+        else:
+            return False
+        self._finish(seq, "abort")
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- one step ---------------------------------------------------------------------------
+    def schedule(self, step_id: int, start_time: float = 0.0) -> SchedulerOutput:
+        # Owns: moves sequences between queues; blocks taken here are owned by the sequence
+        # and released by _finish or _preempt.
+        budget = self.token_budget
+        scheduled: list[tuple[Sequence, int]] = []
+        preempted: list[Sequence] = []
+        taken: set[int] = set()
+        decodes = [s for s in self.running if len(s.token_ids) - s.num_computed_tokens == 1]
+        prefills = [s for s in self.running if len(s.token_ids) - s.num_computed_tokens > 1]
+
+        for seq in decodes:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            while not self.kv.try_grow(seq, 1):
+                victim = self._newest_unscheduled(taken)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is SequenceStatus.RUNNING:
+                scheduled.append((seq, 1))
+                taken.add(seq.seq_id)
+                budget -= 1
+        num_decodes = len(scheduled)
+
+        for seq in prefills:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            n = self._chunk(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            if n == 0:
+                continue
+            scheduled.append((seq, n))
+            budget -= n
+
+        while (not preempted and self.waiting and budget > 0
+               and len(self.running) < self.max_num_seqs):
+            seq = self.waiting[0]
+            if not self.kv.try_admit(seq, None if self.chunked else budget):
+                break  # head of line waits for blocks (or, unchunked, for a whole-prompt budget)
+            self.waiting.popleft()
+            self._count_admission(seq, start_time)
+            n = self._chunk(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            self.running.append(seq)
+            scheduled.append((seq, n))
+            budget -= n
+
+        works = [SeqWork(s.seq_id, s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n],
+                         s.num_computed_tokens, s.block_table,
+                         s.num_computed_tokens + n == len(s.token_ids), s.params,
+                         len(s.token_ids) - s.num_prompt_tokens)
+                 for s, n in scheduled]
+        return SchedulerOutput(
+            batch=StepBatch(step_id, works, start_time), scheduled=scheduled, preempted=preempted,
+            num_prefill_tokens=self.token_budget - budget - num_decodes,
+            num_decode_seqs=num_decodes)
+
+    def update(self, out: SchedulerOutput, sampled: dict[int, int], now: float) -> list[SeqUpdate]:
+        """Apply a finished step: advance KV, append sampled tokens, finish sequences."""
+        updates: list[SeqUpdate] = []
+        any_finished = False
+        eos = self.eos_token_id
+        for seq, n in out.scheduled:
+            self.kv.mark_computed(seq, n)
+            if seq.num_computed_tokens != len(seq.token_ids):
+                continue  # a prefill chunk that is not the last one
+            tok = sampled[seq.seq_id]
+            seq.token_ids.append(tok)
+            self.generation_tokens_total += 1
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            n_out = len(seq.token_ids) - seq.num_prompt_tokens
+            reason = None
+            if tok == eos and not seq.params.ignore_eos:
+                reason = "stop"
+            elif n_out >= seq.params.max_tokens or len(seq.token_ids) >= self.max_model_len:
+                reason = "length"
+            if reason is not None:
+                self._finish(seq, reason)
+                any_finished = True
+            updates.append(SeqUpdate(seq, [tok], reason is not None))
+        if any_finished:
+            self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
+        return updates
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _chunk(self, remaining: int, budget: int) -> int:
+        if remaining <= budget:
+            return remaining
+        return budget if self.chunked else 0
+
+    def _newest_unscheduled(self, taken: set[int]) -> Sequence:
+        for seq in reversed(self.running):
+            if seq.seq_id not in taken:
+                return seq
+        raise InvariantError("no sequence to preempt: the current one is always a candidate")
+
+    def _preempt(self, seq: Sequence) -> None:
+        # Frees the victim's blocks (recompute later); it goes to the front of the queue.
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        # Refunds every block the sequence owns; the caller removes it from its queue.
+        self.kv.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+
+    def _count_admission(self, seq: Sequence, now: float) -> None:
+        seq.status = SequenceStatus.RUNNING
+        self.prefix_cache_queries += len(seq.token_ids)
+        self.prefix_cache_hits += seq.num_computed_tokens
+        if seq.first_scheduled_time is None:
+            seq.first_scheduled_time = now
+            seq.num_cached_tokens = seq.num_computed_tokens
+            self.prompt_tokens_total += seq.num_prompt_tokens
+
+    # ---- checking ---------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Pool invariants plus: every reference is owned by exactly one live table slot."""
+        self.pool.check_invariants()
+        refs = [0] * self.pool.num_blocks
+        ids = [s.seq_id for s in self.running] + [s.seq_id for s in self.waiting]
+        if len(ids) != len(set(ids)):
+            raise InvariantError("a sequence is queued twice")
+        if len(self.running) > self.max_num_seqs:
+            raise InvariantError(f"{len(self.running)} running > max_num_seqs {self.max_num_seqs}")
+        for seq in self.running:
+            if seq.status is not SequenceStatus.RUNNING:
+                raise InvariantError(f"{seq} is in the running queue")
+            if len(seq.block_table) * self.pool.block_size < len(seq.token_ids) - 1:
+                raise InvariantError(f"{seq} has too few blocks for its tokens")
+            if seq.num_computed_tokens > len(seq.token_ids):
+                raise InvariantError(f"{seq} computed more tokens than it has")
+            for b in seq.block_table:
+                refs[b] += 1
+        for seq in self.waiting:
+            if seq.block_table or seq.num_computed_tokens or seq.status is not SequenceStatus.WAITING:
+                raise InvariantError(f"waiting {seq} holds KV")
+        if refs != self.pool.ref_cnt:
+            bad = next(b for b in range(len(refs)) if refs[b] != self.pool.ref_cnt[b])
+            raise InvariantError(f"block {bad}: ref count {self.pool.ref_cnt[bad]} but "
+                                 f"{refs[bad]} table slots hold it")
