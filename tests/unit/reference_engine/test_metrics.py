@@ -1,0 +1,123 @@
+"""The /metrics exposition: vLLM's names and types, valid Prometheus text, right numbers."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import pytest
+
+from reference_engine import metrics as prom
+
+SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class Stats:
+    running: int = 3
+    waiting: int = 2
+    kv_usage: float = 0.25
+    prefix_cache_queries: int = 640
+    prefix_cache_hits: int = 480
+    preemptions: int = 1
+    prompt_tokens: int = 1000
+    generation_tokens: int = 250
+
+
+def parse(text: str) -> tuple[dict[str, str], list[tuple[str, dict[str, str], float]]]:
+    """A strict reader of the text format: TYPE lines and samples, nothing else allowed."""
+    assert text.endswith("\n")
+    types: dict[str, str] = {}
+    samples = []
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name not in types, f"duplicate TYPE for {name}"
+            types[name] = kind
+        elif line.startswith("# HELP "):
+            continue
+        else:
+            m = SAMPLE.match(line)
+            assert m, f"not a sample line: {line!r}"
+            labels = dict(LABEL.findall(m["labels"] or ""))
+            value = m["value"]
+            samples.append((m["name"], labels, math.inf if value == "+Inf" else float(value)))
+    return types, samples
+
+
+def value(samples, name: str, **labels: str) -> float:
+    hits = [v for n, lab, v in samples if n == name and all(lab.get(k) == w
+                                                            for k, w in labels.items())]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
+    return hits[0]
+
+
+def test_vllm_names_types_and_values_from_engine_stats() -> None:
+    types, samples = parse(prom.render(Stats(), prom.RequestMetrics(), "llama"))
+    expected_types = {
+        "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+        "vllm:kv_cache_usage_perc": "gauge", "vllm:prefix_cache_queries": "counter",
+        "vllm:prefix_cache_hits": "counter", "vllm:num_preemptions": "counter",
+        "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
+        "vllm:request_success": "counter",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:inter_token_latency_seconds": "histogram",
+        "vllm:e2e_request_latency_seconds": "histogram",
+        "vllm:request_queue_time_seconds": "histogram",
+    }
+    assert {k: types.get(k) for k in expected_types} == expected_types
+    assert value(samples, "vllm:num_requests_running", model_name="llama") == 3
+    assert value(samples, "vllm:num_requests_waiting") == 2
+    assert value(samples, "vllm:kv_cache_usage_perc") == 0.25
+    # Counters are sampled with the _total suffix, as prometheus_client exposes them.
+    assert value(samples, "vllm:prefix_cache_queries_total") == 640
+    assert value(samples, "vllm:prefix_cache_hits_total") == 480
+    assert value(samples, "vllm:num_preemptions_total") == 1
+    assert value(samples, "vllm:prompt_tokens_total") == 1000
+    assert value(samples, "vllm:generation_tokens_total") == 250
+    # Every sample carries the model_name label.
+    assert all(lab.get("model_name") == "llama" for _, lab, _ in samples)
+
+
+def test_histogram_buckets_are_cumulative_and_le_is_inclusive() -> None:
+    requests = prom.RequestMetrics()
+    for ttft in (0.001, 0.003, 0.1, 0.1, 3000.0):
+        requests.time_to_first_token.observe(ttft)
+    _, samples = parse(prom.render(Stats(), requests, "m"))
+    name = "vllm:time_to_first_token_seconds"
+    assert value(samples, f"{name}_bucket", le="0.001") == 1   # a value on a bound counts
+    assert value(samples, f"{name}_bucket", le="0.005") == 2
+    assert value(samples, f"{name}_bucket", le="0.1") == 4
+    assert value(samples, f"{name}_bucket", le="2560.0") == 4
+    assert value(samples, f"{name}_bucket", le="+Inf") == 5    # the overflow bucket
+    assert value(samples, f"{name}_count") == 5
+    assert value(samples, f"{name}_sum") == pytest.approx(3000.204)
+    buckets = [v for n, lab, v in samples if n == f"{name}_bucket"]
+    assert buckets == sorted(buckets)
+    assert len(buckets) == len(prom.TTFT_BUCKETS) + 1
+
+
+def test_request_success_counts_by_finished_reason() -> None:
+    requests = prom.RequestMetrics()
+    requests.request_success["length"] += 2
+    requests.request_success["abort"] += 1
+    _, samples = parse(prom.render(Stats(), requests, "m"))
+    assert value(samples, "vllm:request_success_total", finished_reason="length") == 2
+    assert value(samples, "vllm:request_success_total", finished_reason="abort") == 1
+    assert value(samples, "vllm:request_success_total", finished_reason="stop") == 0
+
+
+def test_model_name_label_is_escaped() -> None:
+    _, samples = parse(prom.render(Stats(), prom.RequestMetrics(), 'a"b\\c\nd'))
+    raw = {lab["model_name"] for _, lab, _ in samples}
+    assert raw == {'a\\"b\\\\c\\nd'}
+
+
+def test_histogram_rejects_unsorted_buckets_and_ignores_nan() -> None:
+    with pytest.raises(ValueError, match="strictly increasing"):
+        prom.Histogram("x", "x", [0.2, 0.1])
+    hist = prom.Histogram("x", "x", [1.0])
+    hist.observe(math.nan)
+    assert hist.count == 0
