@@ -1,0 +1,229 @@
+"""Turn a recorded stream (reads with timestamps) into SSE events and request facts.
+
+Runs after the request ended, off the hot path. Per event it does only byte searches; JSON is
+parsed for at most a handful of events per request (the first, for the response id; the last
+few, for usage and finish reason; any that look like an error), unless the caller needs the
+generated text (multi-turn conversations).
+
+An event's time is when the read that completed it returned. Several events completed by the
+same read get the same time; content events among them after the first are marked
+`coalesced`, so a 0 ms ITL that only reflects read batching is never passed off as real.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# Keys whose non-empty string value means the event carries generated output.
+_CONTENT_KEYS = (b'"text":', b'"content":', b'"reasoning_content":', b'"arguments":')
+_VALID_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+def has_content(payload: bytes) -> bool:
+    """True when an event's JSON has a non-empty generated-text value, without parsing it.
+
+    Inside JSON strings quotes are escaped, so a key pattern like `"text":` can only match a
+    real key.
+    """
+    for key in _CONTENT_KEYS:
+        i = payload.find(key)
+        while i >= 0:
+            j = i + len(key)
+            while payload[j : j + 1] == b" ":
+                j += 1
+            if payload[j : j + 1] == b'"' and payload[j + 1 : j + 2] != b'"':
+                return True
+            i = payload.find(key, j)
+    return False
+
+
+@dataclass(slots=True)
+class ParsedStream:
+    """Per-event columns and per-request facts of one stream."""
+
+    seq: list[int] = field(default_factory=list)
+    t_ns: list[int] = field(default_factory=list)
+    read_idx: list[int] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
+    content: list[bool] = field(default_factory=list)
+    coalesced: list[bool] = field(default_factory=list)
+    num_reads: int = 0
+    response_bytes: int = 0
+    done: bool = False
+    first_chunk_ns: int | None = None
+    first_content_ns: int | None = None
+    last_content_ns: int | None = None
+    last_chunk_ns: int | None = None
+    num_content: int = 0
+    num_coalesced: int = 0
+    response_id: str | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    text_parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    @property
+    def output_tokens(self) -> tuple[int, str]:
+        """Output token count and where it came from (`usage` or `counted`)."""
+        if self.usage and isinstance(self.usage.get("completion_tokens"), int):
+            return self.usage["completion_tokens"], "usage"
+        return self.num_content, "counted"
+
+
+class StreamParser:
+    """Incremental: `feed()` reads in any slices (the runner yields to the loop between them)."""
+
+    def __init__(self, need_text: bool = False) -> None:
+        self.out = ParsedStream()
+        self._need_text = need_text
+        self._pending = b""
+        self._read_idx = -1
+        self._last_content_read = -2
+        self._data_payloads: list[bytes] = []  # first and last few only
+        self._tail: list[bytes] = []
+        self._bad_structure: str | None = None
+
+    def feed(self, t_ns: int, data: bytes) -> None:
+        out = self.out
+        self._read_idx += 1
+        ridx = self._read_idx
+        out.num_reads += 1
+        out.response_bytes += len(data)
+        if b"\r" in data or self._pending.endswith(b"\r"):
+            data = (self._pending + data).replace(b"\r\n", b"\n")
+            self._pending = b""
+        buf = self._pending + data if self._pending else data
+        parts = buf.split(b"\n\n")
+        self._pending = parts.pop()
+        for ev in parts:
+            if not ev:
+                continue
+            self._event(ev, t_ns, ridx)
+
+    def _event(self, ev: bytes, t_ns: int, ridx: int) -> None:
+        out = self.out
+        seq = len(out.seq)
+        payload = b""
+        if ev.startswith(b"data:") and b"\n" not in ev:
+            payload = ev[5:].lstrip(b" ")
+        else:  # several fields (event:, id:, multi-line data): the slow, general path
+            data_lines = []
+            for ln in ev.split(b"\n"):
+                if ln.startswith(b"data:"):
+                    data_lines.append(ln[5:].lstrip(b" "))
+                elif not ln.startswith(_VALID_FIELDS) and self._bad_structure is None:
+                    self._bad_structure = f"event {seq} is not an SSE field: {ln[:60]!r}"
+            payload = b"\n".join(data_lines)
+        content = False
+        if payload:
+            if payload == b"[DONE]":
+                out.done = True
+            elif not (payload.startswith(b"{") and payload.endswith(b"}")):
+                if self._bad_structure is None:
+                    self._bad_structure = f"event {seq} is not a JSON object: {payload[:60]!r}"
+            else:
+                content = has_content(payload)
+                if not self._data_payloads:
+                    self._data_payloads.append(payload)
+                self._tail.append(payload)
+                if len(self._tail) > 3:
+                    del self._tail[0]
+                if not content and b'"error"' in payload:
+                    self._maybe_error(payload)
+                if content and self._need_text:
+                    self._collect_text(payload)
+        out.seq.append(seq)
+        out.t_ns.append(t_ns)
+        out.read_idx.append(ridx)
+        out.nbytes.append(len(ev))
+        out.content.append(content)
+        if out.first_chunk_ns is None:
+            out.first_chunk_ns = t_ns
+        out.last_chunk_ns = t_ns
+        if content:
+            coalesced = ridx == self._last_content_read
+            out.coalesced.append(coalesced)
+            out.num_coalesced += coalesced
+            self._last_content_read = ridx
+            out.num_content += 1
+            if out.first_content_ns is None:
+                out.first_content_ns = t_ns
+            out.last_content_ns = t_ns
+        else:
+            out.coalesced.append(False)
+
+    def _maybe_error(self, payload: bytes) -> None:
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            return
+        err = obj.get("error") if isinstance(obj, dict) else None
+        if err is None and isinstance(obj, dict) and obj.get("object") == "error":
+            err = obj
+        if err is not None and self.out.error_class is None:
+            msg = err.get("message") if isinstance(err, dict) else str(err)
+            self.out.error_class = "server_error"
+            self.out.error_message = str(msg)[:300]
+
+    def _collect_text(self, payload: bytes) -> None:
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            return
+        for choice in obj.get("choices") or ():
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if isinstance(piece, str):
+                self.out.text_parts.append(piece)
+
+    def finish(self, joined_body: bytes | None = None) -> ParsedStream:
+        """Close the stream: classify structural problems, read id/usage/finish reason."""
+        out = self.out
+        if self._pending.strip():
+            # Bytes after the last blank line: a final event without its terminator.
+            if not out.done and self._pending.strip() == b"data: [DONE]":
+                out.done = True
+            elif self._bad_structure is None and out.error_class is None:
+                out.error_class, out.error_message = "truncated_sse", "stream ended inside an event"
+        if joined_body is not None:
+            try:
+                joined_body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                out.error_class = out.error_class or "invalid_utf8"
+                out.error_message = out.error_message or f"invalid UTF-8 at byte {exc.start}"
+        for payload in (*self._data_payloads, *self._tail):
+            try:
+                obj = json.loads(payload)
+            except ValueError as exc:
+                if self._bad_structure is None:
+                    self._bad_structure = f"undecodable JSON event: {exc}"
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if out.response_id is None and isinstance(obj.get("id"), str):
+                out.response_id = obj["id"]
+            if isinstance(obj.get("usage"), dict):
+                out.usage = obj["usage"]
+            for choice in obj.get("choices") or ():
+                if isinstance(choice, dict) and choice.get("finish_reason"):
+                    out.finish_reason = choice["finish_reason"]
+        if self._bad_structure is not None and out.error_class is None:
+            out.error_class, out.error_message = "malformed_sse", self._bad_structure
+        if out.error_class is None and not out.done and out.finish_reason is None:
+            out.error_class, out.error_message = "truncated_sse", "stream closed before [DONE]"
+        return out
+
+
+def parse_reads(read_ns: list[int], reads: list[bytes], need_text: bool = False) -> ParsedStream:
+    """Parse a whole recorded stream at once (tests and small streams)."""
+    p = StreamParser(need_text)
+    for t, data in zip(read_ns, reads, strict=True):
+        p.feed(t, data)
+    return p.finish(b"".join(reads))

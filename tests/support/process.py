@@ -1,0 +1,45 @@
+"""Start a server subprocess that prints `INFO: serving on URL`, and stop it again."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+SSE_SERVER = Path(__file__).with_name("sse_server.py")
+
+
+@contextlib.contextmanager
+def serving(args: list[str], timeout_s: float = 20.0) -> Iterator[str]:
+    """Run `python <args>` and yield its URL; the process is ours and is killed on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        assert proc.stdout is not None
+        url = None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if "serving on " in line:
+                url = line.strip().split("serving on ", 1)[1]
+                break
+        if url is None:
+            raise RuntimeError(f"server {args} did not start (exit {proc.poll()})")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def sse_server(*flags: str) -> contextlib.AbstractContextManager[str]:
+    return serving([str(SSE_SERVER), "--port", "0", *flags])

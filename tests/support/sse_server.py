@@ -1,0 +1,259 @@
+"""A streaming OpenAI-style server whose chunk schedule is known, for tests and benchmarks.
+
+Run: ``python tests/support/sse_server.py --port 0 --ttft-ms 20 --itl-ms 5``; it prints
+``INFO: serving on http://127.0.0.1:PORT`` once listening.
+
+Every completion streams ``max_tokens`` content events: the first ``ttft`` after the request
+arrived, then one every ``itl`` (0/0 = as fast as the socket takes them, yielding to other
+streams after each write so streams interleave as in a real engine step). With
+``--log-timing`` the server keeps the monotonic time of each event write, served at
+``GET /_log`` keyed by the ``x-request-id`` it returned: that is the truth a timing test
+compares the client's timestamps against (same host, same CLOCK_MONOTONIC).
+
+``--faults MODE:N,...`` makes every N-th request (by arrival order) misbehave:
+``http500``, ``http429``, ``malformed`` (a non-JSON event mid-stream), ``truncate`` (connection
+closed mid-stream), ``badutf8`` (invalid UTF-8 inside an event), ``reset`` (connection
+aborted before a response), ``hang`` (headers, then silence), ``error_event`` (an in-stream
+error object). Written on raw asyncio streams so that it outpaces the client under test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+TOKEN_TEXT = " tok"
+
+
+class Server:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.model: str = args.model
+        self.ttft_ns = int(args.ttft_ms * 1e6)
+        self.itl_ns = int(args.itl_ms * 1e6)
+        self.faults: list[tuple[str, int]] = []
+        for item in filter(None, (args.faults or "").split(",")):
+            mode, _, every = item.partition(":")
+            self.faults.append((mode, int(every)))
+        self.counter = 0
+        self.timing: dict[str, list[int]] = {}
+        self.completed = 0
+        self.running = 0
+
+    # -- HTTP plumbing -------------------------------------------------------------------
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = b""
+                if "content-length" in headers:
+                    body = await reader.readexactly(int(headers["content-length"]))
+                keep = await self.route(method, path, headers, body, writer)
+                if not keep:
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            writer.close()
+
+    @staticmethod
+    def send_json(writer: asyncio.StreamWriter, status: int, obj: Any, extra: str = "") -> None:
+        data = json.dumps(obj).encode()
+        reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
+                  500: "Internal Server Error", 400: "Bad Request"}.get(status, "X")
+        writer.write(
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n{extra}\r\n".encode() + data
+        )
+
+    @staticmethod
+    def error(writer: asyncio.StreamWriter, status: int, message: str, code: str) -> None:
+        Server.send_json(writer, status, {"error": {"message": message, "type": code,
+                                                    "param": None, "code": status}})
+
+    async def route(self, method: str, path: str, headers: dict[str, str], body: bytes,
+                    writer: asyncio.StreamWriter) -> bool:
+        key = self.args.api_key
+        if key and path.startswith("/v1") and headers.get("authorization") != f"Bearer {key}":
+            self.error(writer, 401, "invalid api key", "authentication_error")
+            return True
+        if path == "/v1/models":
+            self.send_json(writer, 200, {"object": "list", "data": [
+                {"id": self.model, "object": "model", "owned_by": "test"}]})
+            return True
+        if path == "/metrics":
+            text = (
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="{self.model}"}} {self.running}\n'
+                "# TYPE vllm:request_success_total counter\n"
+                f'vllm:request_success_total{{model_name="{self.model}"}} {self.completed}\n'
+            ).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                         + str(len(text)).encode() + b"\r\n\r\n" + text)
+            return True
+        if path == "/_log":
+            self.send_json(writer, 200, self.timing)
+            return True
+        if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
+            return await self.completion(path, json.loads(body), writer)
+        self.error(writer, 404, f"no route {path}", "not_found")
+        return True
+
+    # -- completions ---------------------------------------------------------------------
+    def fault_for(self, n: int) -> str | None:
+        for mode, every in self.faults:
+            if n % every == every - 1:
+                return mode
+        return None
+
+    async def completion(self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
+        arrival = time.monotonic_ns()
+        n = self.counter
+        self.counter += 1
+        if req.get("model") != self.model:
+            self.error(writer, 404, f"The model `{req.get('model')}` does not exist.", "NotFoundError")
+            return True
+        chat = path.endswith("chat/completions")
+        prompt = (json.dumps(req["messages"]) if chat else req.get("prompt", ""))
+        prompt_tokens = len(prompt.encode()) // 4 + 1
+        max_tokens = int(req.get("max_tokens") or 16)
+        fault = self.fault_for(n)
+        if fault == "reset":
+            writer.transport.abort()
+            return False
+        if fault in ("http500", "http429"):
+            self.error(writer, int(fault[4:]), "injected failure", "server_error")
+            return True
+        rid = f"req-{n}"
+        cid = ("chatcmpl-" if chat else "cmpl-") + str(n)
+        if not req.get("stream"):
+            text = TOKEN_TEXT * max_tokens
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+                       "finish_reason": "length"} if chat else
+                      {"index": 0, "text": text, "finish_reason": "length"})
+            self.send_json(writer, 200, {"id": cid, "object": "x", "model": self.model,
+                                         "choices": [choice], "usage": {
+                                             "prompt_tokens": prompt_tokens,
+                                             "completion_tokens": max_tokens,
+                                             "total_tokens": prompt_tokens + max_tokens}},
+                           extra=f"x-request-id: {rid}\r\n")
+            return True
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\nx-request-id: " + rid.encode() + b"\r\n\r\n"
+        )
+        if fault == "hang":
+            await asyncio.sleep(30)
+            writer.transport.abort()
+            return False
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+        log = self.timing.setdefault(rid, []) if self.args.log_timing else None
+        self.running += 1
+        try:
+            ok = await self.stream(writer, chat, cid, max_tokens, prompt_tokens, include_usage,
+                                   arrival, fault, log)
+        finally:
+            self.running -= 1
+        self.completed += 1
+        return ok
+
+    def event(self, chat: bool, cid: str, text: str | None, finish: str | None) -> bytes:
+        fin = "null" if finish is None else f'"{finish}"'
+        if chat:
+            delta = "{}" if text is None else json.dumps({"content": text})
+            body = (f'{{"id":"{cid}","object":"chat.completion.chunk","created":0,"model":"{self.model}",'
+                    f'"choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{fin}}}]}}')
+        else:
+            body = (f'{{"id":"{cid}","object":"text_completion","created":0,"model":"{self.model}",'
+                    f'"choices":[{{"index":0,"text":{json.dumps(text or "")},"logprobs":null,'
+                    f'"finish_reason":{fin},"stop_reason":null}}]}}')
+        return self.frame(b"data: " + body.encode() + b"\n\n")
+
+    @staticmethod
+    def frame(payload: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+    async def stream(self, writer: asyncio.StreamWriter, chat: bool, cid: str, max_tokens: int,
+                     prompt_tokens: int, include_usage: bool, arrival: int, fault: str | None,
+                     log: list[int] | None) -> bool:
+        transport = writer.transport
+        burst = self.args.burst
+        token_event = self.event(chat, cid, TOKEN_TEXT, None)
+        if chat:
+            transport.write(self.frame(b'data: {"id":"' + cid.encode() +
+                                       b'","object":"chat.completion.chunk","choices":[{"index":0,'
+                                       b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'))
+        for k in range(max_tokens):
+            if self.ttft_ns or self.itl_ns:
+                due = arrival + self.ttft_ns + k * self.itl_ns
+                delay = (due - time.monotonic_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            elif k % burst == 0:
+                await asyncio.sleep(0)
+            if fault and k == max_tokens // 2:
+                if fault == "truncate":
+                    transport.abort()
+                    return False
+                if fault == "malformed":
+                    transport.write(self.frame(b"data: {not json\n\n"))
+                if fault == "badutf8":
+                    transport.write(self.frame(b'data: {"id":"x","choices":[{"index":0,"text":"\xff\xfe"}]}\n\n'))
+                if fault == "error_event":
+                    transport.write(self.frame(b'data: {"error":{"message":"engine died","code":500}}\n\n'))
+                    transport.write(b"0\r\n\r\n")
+                    return True
+            if log is not None:
+                log.append(time.monotonic_ns())
+            transport.write(token_event)
+            if transport.get_write_buffer_size() > 1 << 20:
+                await writer.drain()
+        transport.write(self.event(chat, cid, None if chat else "", "length"))
+        if include_usage:
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                     "total_tokens": prompt_tokens + max_tokens}
+            transport.write(self.frame(
+                f'data: {{"id":"{cid}","object":"x","model":"{self.model}","choices":[],'
+                f'"usage":{json.dumps(usage)}}}\n\n'.encode()))
+        transport.write(self.frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+async def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--model", default="test-model")
+    p.add_argument("--ttft-ms", type=float, default=0.0)
+    p.add_argument("--itl-ms", type=float, default=0.0)
+    p.add_argument("--burst", type=int, default=1, help="events written between yields (zero-delay mode)")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--faults", default="")
+    p.add_argument("--log-timing", action="store_true")
+    args = p.parse_args(argv)
+    server = Server(args)
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", args.port, limit=1 << 20, backlog=1024)
+    port = srv.sockets[0].getsockname()[1]
+    print(f"INFO: serving on http://127.0.0.1:{port}", flush=True)
+    async with srv:
+        await srv.serve_forever()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main(sys.argv[1:]))

@@ -1,0 +1,142 @@
+"""Turning recorded reads into SSE events, content flags, coalescing and error classes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infbench.loadgen.sse import StreamParser, has_content, parse_reads
+
+
+def ev(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def comp(text: str, finish: str | None = None) -> bytes:
+    return ev({"id": "cmpl-7", "choices": [{"index": 0, "text": text, "finish_reason": finish}]})
+
+
+def chat(content: str | None, role: bool = False) -> bytes:
+    delta: dict[str, str] = {"role": "assistant"} if role else {}
+    if content is not None:
+        delta["content"] = content
+    return ev({"id": "chatcmpl-9", "choices": [{"index": 0, "delta": delta}]})
+
+
+USAGE = ev({"id": "cmpl-7", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
+DONE = b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (b'{"choices":[{"text":" hi"}]}', True),
+        (b'{"choices":[{"text": " hi"}]}', True),
+        (b'{"choices":[{"text":""}]}', False),
+        (b'{"choices":[{"delta":{"role":"assistant","content":""}}]}', False),
+        (b'{"choices":[{"delta":{"content":null}}]}', False),
+        (b'{"choices":[{"delta":{"content":"x"}}]}', True),
+        (b'{"choices":[{"delta":{"reasoning_content":"think"}}]}', True),
+        (b'{"choices":[{"delta":{"content":"","x":"\\"text\\": \\"y\\""}}]}', False),
+        (b'{"choices":[],"usage":{"completion_tokens":3}}', False),
+    ],
+)
+def test_content_detection(payload: bytes, expected: bool) -> None:
+    assert has_content(payload) is expected
+    assert has_content(payload) == _parsed_has_content(payload)
+
+
+def _parsed_has_content(payload: bytes) -> bool:
+    obj = json.loads(payload)
+    for c in obj.get("choices", []):
+        d = c.get("delta", {})
+        for v in (c.get("text"), d.get("content"), d.get("reasoning_content")):
+            if isinstance(v, str) and v:
+                return True
+    return False
+
+
+def test_one_event_per_read_timestamps_and_usage() -> None:
+    reads = [comp(" a"), comp(" b"), comp(" c"), comp("", "length") + USAGE + DONE]
+    out = parse_reads([10, 20, 35, 40], reads)
+    assert out.error_class is None
+    assert out.t_ns == [10, 20, 35, 40, 40, 40]
+    assert out.content == [True, True, True, False, False, False]
+    assert (out.first_content_ns, out.last_content_ns, out.last_chunk_ns) == (10, 35, 40)
+    assert out.output_tokens == (3, "usage")
+    assert out.response_id == "cmpl-7" and out.finish_reason == "length"
+    assert out.num_coalesced == 0
+
+
+def test_events_in_one_read_are_marked_coalesced() -> None:
+    reads = [comp(" a") + comp(" b") + comp(" c"), comp(" d") + DONE]
+    out = parse_reads([100, 200], reads)
+    assert out.read_idx[:4] == [0, 0, 0, 1]
+    assert out.coalesced[:4] == [False, True, True, False]
+    assert out.num_coalesced == 2
+    assert out.output_tokens == (4, "counted")
+
+
+def test_event_split_across_reads_gets_time_of_completing_read() -> None:
+    whole = comp(" a") + comp(" b")
+    cut = len(comp(" a")) + 7
+    out = parse_reads([1, 2, 3], [whole[:cut], whole[cut:], DONE])
+    assert out.t_ns[:2] == [1, 2]
+    assert out.coalesced[:2] == [False, False]
+
+
+def test_crlf_line_endings() -> None:
+    body = (comp(" a") + comp(" b") + DONE).replace(b"\n", b"\r\n")
+    out = parse_reads([1, 2], [body[:9], body[9:]])
+    assert out.error_class is None and out.num_content == 2
+
+
+def test_chat_role_chunk_is_not_content_and_text_is_collected() -> None:
+    reads = [chat("", role=True), chat("Hel"), chat("lo"), DONE]
+    p = StreamParser(need_text=True)
+    for i, r in enumerate(reads):
+        p.feed(i, r)
+    out = p.finish()
+    assert out.content == [False, True, True, False]
+    assert out.first_content_ns == 1
+    assert out.text == "Hello"
+
+
+def test_missing_done_is_truncated() -> None:
+    out = parse_reads([1, 2], [comp(" a"), comp(" b")])
+    assert out.error_class == "truncated_sse"
+
+
+def test_stream_ending_mid_event_is_truncated() -> None:
+    out = parse_reads([1, 2], [comp(" a"), comp(" b")[:10]])
+    assert out.error_class == "truncated_sse"
+
+
+def test_non_json_event_is_malformed() -> None:
+    out = parse_reads([1, 2, 3], [comp(" a"), b"data: {not json\n\n", comp(" b") + DONE])
+    assert out.error_class == "malformed_sse"
+    assert out.num_content == 2
+
+
+def test_garbage_line_is_malformed() -> None:
+    out = parse_reads([1], [b"hello there\n\n" + DONE])
+    assert out.error_class == "malformed_sse"
+
+
+def test_invalid_utf8_is_classified() -> None:
+    bad = b'data: {"choices":[{"text":"\xff\xfe"}]}\n\n'
+    out = parse_reads([1, 2], [comp(" a") + bad, DONE])
+    assert out.error_class == "invalid_utf8"
+
+
+def test_in_stream_error_object_is_server_error() -> None:
+    out = parse_reads([1, 2], [comp(" a"), ev({"error": {"message": "engine died"}}) + DONE])
+    assert out.error_class == "server_error"
+    assert "engine died" in (out.error_message or "")
+
+
+def test_comment_and_event_fields_are_valid_sse() -> None:
+    named = b'event: message\nid: 4\ndata: {"choices":[{"text":"x"}]}\n\n'
+    out = parse_reads([1], [b": keep-alive\n\n" + named + comp(" a") + DONE])
+    assert out.error_class is None and out.num_content == 2
