@@ -39,14 +39,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class EngineStatsLike(Protocol):
     """The part of `EngineStats` the exposition reads."""
 
-    running: int
-    waiting: int
+    num_running: int
+    num_waiting: int
     kv_usage: float
     prefix_cache_queries: int
     prefix_cache_hits: int
-    preemptions: int
-    prompt_tokens: int
-    generation_tokens: int
+    num_preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
 
 
 def _fmt(value: float) -> str:
@@ -113,9 +113,9 @@ class _Family:
 
 _ENGINE_FAMILIES: tuple[_Family, ...] = (
     _Family("vllm:num_requests_running", "gauge",
-            "Number of requests in model execution batches.", "running"),
+            "Number of requests in model execution batches.", "num_running"),
     _Family("vllm:num_requests_waiting", "gauge",
-            "Number of requests waiting to be processed.", "waiting"),
+            "Number of requests waiting to be processed.", "num_waiting"),
     _Family("vllm:kv_cache_usage_perc", "gauge",
             "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
     _Family("vllm:prefix_cache_queries", "counter",
@@ -123,11 +123,11 @@ _ENGINE_FAMILIES: tuple[_Family, ...] = (
     _Family("vllm:prefix_cache_hits", "counter",
             "Prefix cache hits, in terms of number of cached tokens.", "prefix_cache_hits"),
     _Family("vllm:num_preemptions", "counter",
-            "Cumulative number of preemptions from the engine.", "preemptions"),
+            "Cumulative number of preemptions from the engine.", "num_preemptions"),
     _Family("vllm:prompt_tokens", "counter",
-            "Number of prefill tokens processed.", "prompt_tokens"),
+            "Number of prefill tokens processed.", "prompt_tokens_total"),
     _Family("vllm:generation_tokens", "counter",
-            "Number of generation tokens processed.", "generation_tokens"),
+            "Number of generation tokens processed.", "generation_tokens_total"),
 )
 
 

@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reference_engine.tokenizer import CHAT_ROLES
+
 Kind = Literal["completion", "chat"]
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's legacy completions default
-_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 class ApiError(Exception):
@@ -188,9 +189,12 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
         if not isinstance(msg, dict):
             raise invalid(f"messages[{i}]", "each message must be an object")
         role = msg.get("role")
-        if role not in _CHAT_ROLES:
-            raise invalid(f"messages[{i}].role", f"'role' must be one of {sorted(_CHAT_ROLES)}")
-        parsed.append({"role": role, "content": _message_text(msg.get("content", ""), i)})
+        if role not in CHAT_ROLES:
+            raise invalid(f"messages[{i}].role", f"'role' must be one of {sorted(CHAT_ROLES)}")
+        content = msg.get("content")
+        if content is None and role == "assistant":
+            content = ""  # an assistant turn that only carried tool calls
+        parsed.append({"role": role, "content": _message_text(content, i)})
     req.chat_messages = parsed
     # max_completion_tokens supersedes the deprecated max_tokens, as in OpenAI's API.
     max_tokens = _int(body, "max_completion_tokens", minimum=1)

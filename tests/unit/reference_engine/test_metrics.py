@@ -16,14 +16,14 @@ LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 @dataclass
 class Stats:
-    running: int = 3
-    waiting: int = 2
+    num_running: int = 3
+    num_waiting: int = 2
     kv_usage: float = 0.25
     prefix_cache_queries: int = 640
     prefix_cache_hits: int = 480
-    preemptions: int = 1
-    prompt_tokens: int = 1000
-    generation_tokens: int = 250
+    num_preemptions: int = 1
+    prompt_tokens_total: int = 1000
+    generation_tokens_total: int = 250
 
 
 def parse(text: str) -> tuple[dict[str, str], list[tuple[str, dict[str, str], float]]]:

@@ -1,0 +1,133 @@
+"""Command line: `python -m reference_engine [flags]` (also `infbench engine serve`).
+
+Flags are named like vLLM's where the meaning is the same. Only flags given on the command
+line reach `EngineConfig`, so its defaults stay the single source of truth and
+`/engine/config` can say truthfully which settings are defaults.
+
+Once the socket is bound, exactly one line goes to stdout so launchers can find the port:
+`INFO: serving on http://HOST:PORT`. Everything else is logged to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from aiohttp import web
+
+from reference_engine.config import REDACTED, EngineConfig
+
+log = logging.getLogger("reference_engine")
+API_KEY_ENV = "VLLM_API_KEY"  # same variable vLLM reads, so keys need not sit in `ps` output
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m reference_engine", argument_default=argparse.SUPPRESS,
+        description="Serve the reference engine over an OpenAI-compatible HTTP API.")
+    add = p.add_argument
+    add("--executor", choices=["sim", "torch"], help="sim: roofline-timed, no tensors; "
+        "torch: tiny random-weight Llama (default sim)")
+    add("--model", help="model name for the roofline and memory plan, or a config.json path")
+    add("--served-model-name", help="name clients must send as 'model' (default: --model)")
+    add("--gpu", help="GPU whose roofline the sim executor follows (default H100-SXM)")
+    add("--device", help="torch executor device: cpu, cuda or auto")
+    add("--dtype", help="weight format (bf16, fp16, fp8)")
+    add("--kv-cache-dtype", help="KV cache format (auto follows --dtype)")
+    add("--tensor-parallel-size", "-tp", type=int)
+    add("--block-size", type=int, help="tokens per KV block")
+    add("--gpu-memory-utilization", type=float, help="fraction of GPU memory to use")
+    add("--num-gpu-blocks", "--num-gpu-blocks-override", dest="num_gpu_blocks", type=int,
+        help="KV pool size in blocks, overriding the memory plan")
+    add("--max-num-seqs", type=int)
+    add("--max-num-batched-tokens", type=int, help="per-step token budget")
+    add("--max-model-len", type=int)
+    add("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
+    add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
+    add("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/ (or set {API_KEY_ENV})")
+    add("--fault", dest="faults", action="append", metavar="SPEC",
+        help="inject a fault, e.g. periodic-stall:every=50,ms=200 (repeatable)")
+    add("--host", help="address to bind (default 127.0.0.1)")
+    add("--port", type=int, help="port to bind; 0 picks a free one (default 8000)")
+    add("--seed", type=int)
+    add("--step-overhead-ms", type=float, help="sim: fixed cost added to every step")
+    add("--sim-eos-probability", type=float, help="sim: chance a synthetic token is EOS")
+    add("--step-log-size", type=int, help="per-step records kept for /engine/steps")
+    add("--stream-byte-budget", type=int,
+        help="bytes a streaming client may fall behind before its request is cancelled")
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "log_level"}
+    if "api_key" not in given and os.environ.get(API_KEY_ENV):
+        given["api_key"] = os.environ[API_KEY_ENV]
+    return EngineConfig(**given)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(512)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(config: EngineConfig) -> None:
+    from reference_engine.engine import Engine
+    from reference_engine.server import create_app
+
+    engine = Engine(config)
+    engine.start()
+    runner = web.AppRunner(create_app(engine, config), handler_cancellation=True,
+                           access_log=None)
+    try:
+        await runner.setup()
+        sock = bind(config.host, config.port)
+        await web.SockSite(runner, sock, shutdown_timeout=2.0).start()
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"INFO: serving on http://{shown}:{port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await runner.cleanup()
+        engine.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(levelname)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    shown = {k: (REDACTED if k == "api_key" else v) for k, v in vars(args).items()
+             if k != "log_level"}
+    log.info("non-default args: %s", shown)
+    try:
+        asyncio.run(serve(config))
+    except (ValueError, OSError) as exc:
+        # Bad model/GPU names, a pool that cannot fit, a port in use: one line, not a trace.
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
