@@ -1,0 +1,281 @@
+"""The engine: a step loop in its own thread, fed by thread-safe add/abort.
+
+Threads: the server's threads call `add_request`, `abort_request`, `stats`,
+`steps_since` and `memory_report`; they only touch the inbox, the live-request map and the
+step log, under `_lock`. The scheduler, block pool and executor belong to the engine thread
+alone, so a step never races a request being added or cancelled: those wait in the inbox
+until the start of the next step.
+
+A step's window runs from the end of the previous step's compute to the end of its own, so
+the bookkeeping between two computes is inside a step (as on a real GPU engine, where host
+work overlaps or delays the device), and a timed executor's deadline absorbs it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from reference_engine.block_pool import BlockPool
+from reference_engine.config import EngineConfig
+from reference_engine.executor import Executor
+from reference_engine.faults import Faults
+from reference_engine.request import OutputCallback, RequestOutput, SamplingParams, Sequence
+from reference_engine.scheduler import AdmissionError, Scheduler, SchedulerOutput, SeqUpdate
+
+log = logging.getLogger("reference_engine.engine")
+__all__ = ["AdmissionError", "DuplicateRequestError", "Engine", "EngineStats", "build_executor"]
+
+
+class DuplicateRequestError(ValueError):
+    """A request id is reused while the request that holds it is still live."""
+
+
+@dataclass
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_usage: float               # fraction of KV blocks in use, 0..1
+    kv_blocks_used: int
+    kv_blocks_total: int
+    prefix_cache_queries: int     # tokens looked up in the prefix cache
+    prefix_cache_hits: int        # of which found
+    num_preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    num_steps: int
+    num_requests_finished: int
+    hung: bool                    # the hang fault has stopped the step loop
+
+
+def build_executor(config: EngineConfig, faults: Faults) -> Executor:
+    if config.executor == "sim":
+        from reference_engine.sim_executor import SimExecutor
+        return SimExecutor(config, faults.device_factor, faults.collective_factor)
+    from reference_engine.torch_executor import TorchExecutor  # torch is imported only here
+    return TorchExecutor.from_config(config)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, executor: Executor | None = None) -> None:
+        self.config = config
+        self.faults = Faults(config.faults)
+        self.executor = executor if executor is not None else build_executor(config, self.faults)
+        # Executors other than sim cannot derate bandwidth themselves: stretch their steps.
+        self._stretch = 1.0 if self.executor.name == "sim" else self.faults.device_factor
+        self.pool = BlockPool(self.executor.num_blocks, self.executor.block_size,
+                              config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.pool, config.max_num_seqs, config.token_budget,
+                                   config.max_model_len, config.enable_chunked_prefill,
+                                   self.executor.eos_token_id)
+        self._lock = threading.RLock()  # RLock: a failing callback re-enters to cancel itself
+        self._wake = threading.Condition(self._lock)
+        self._live: dict[str, Sequence] = {}
+        self._inbox: list[Sequence] = []
+        self._aborts: list[Sequence] = []
+        self._steps: deque[dict[str, Any]] = deque(maxlen=config.step_log_size)
+        self._seq_ids = itertools.count()
+        self._step_id = 0
+        self._finished = 0
+        self._window_start: float | None = None
+        self._hung = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- public API (any thread) ----------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("engine already started")
+        self._thread = threading.Thread(target=self._run, name="engine-step-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    on_output: OutputCallback) -> None:
+        """Queue a request; raises AdmissionError if it can never fit, DuplicateRequestError
+        if request_id is live. on_output is called from the engine thread."""
+        self.scheduler.check_admissible(len(prompt_token_ids), params.max_tokens)
+        seq = Sequence(next(self._seq_ids), request_id, prompt_token_ids, params, on_output,
+                       time.monotonic())
+        with self._wake:
+            if request_id in self._live:
+                raise DuplicateRequestError(f"request_id {request_id!r} is already in use")
+            self._live[request_id] = seq
+            self._inbox.append(seq)
+            self._wake.notify()
+
+    def abort_request(self, request_id: str) -> None:
+        """Cancel a request; idempotent. After this returns its callback gets at most the one
+        final "abort" output, and the id may be reused at once."""
+        with self._wake:
+            seq = self._live.pop(request_id, None)
+            if seq is None:
+                return
+            seq.aborted = True
+            self._aborts.append(seq)
+            self._wake.notify()
+
+    @property
+    def is_alive(self) -> bool:
+        """The step loop thread is running (a hung loop is alive; a crashed one is not)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        with self._lock:
+            inbox = len(self._inbox)
+        used = self.pool.num_used_blocks
+        return EngineStats(
+            num_running=len(s.running), num_waiting=len(s.waiting) + inbox,
+            kv_usage=used / self.pool.num_blocks, kv_blocks_used=used,
+            kv_blocks_total=self.pool.num_blocks, prefix_cache_queries=s.prefix_cache_queries,
+            prefix_cache_hits=s.prefix_cache_hits, num_preemptions=s.num_preemptions,
+            prompt_tokens_total=s.prompt_tokens_total,
+            generation_tokens_total=s.generation_tokens_total, num_steps=self._step_id,
+            num_requests_finished=self._finished, hung=self._hung)
+
+    def steps_since(self, step_id: int) -> list[dict[str, Any]]:
+        """Step records with id > step_id still in the ring buffer, oldest first."""
+        with self._lock:
+            if not self._steps:
+                return []
+            skip = max(0, step_id - self._steps[0]["step_id"] + 1)
+            return [dict(r) for r in itertools.islice(self._steps, skip, None)]
+
+    def memory_report(self) -> dict[str, int]:
+        report = dict(self.executor.memory_report())
+        report["retained"] = self.faults.retained_bytes
+        report["total"] = sum(v for k, v in report.items() if k != "total")
+        return report
+
+    def check_invariants(self) -> None:
+        """Scheduler and pool invariants; only while the step loop is not running a step."""
+        self.scheduler.check_invariants()
+
+    # ---- the step loop (engine thread) ----------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._wake:
+                if not (self._inbox or self._aborts or self.scheduler.has_work()):
+                    self._window_start = None  # idle: the next step starts when work arrives
+                    self._wake.wait(timeout=0.5)
+                    continue
+            try:
+                self.step()
+            except Exception:
+                log.exception("engine step failed; stopping the step loop")
+                raise
+
+    def step(self) -> dict[str, Any] | None:
+        """Run one step; returns its log record, or None if there was nothing to compute.
+        Called by the engine thread, or directly by tests when the thread is not started."""
+        return self._step()
+
+    def _step(self) -> dict[str, Any] | None:
+        start = self._window_start if self._window_start is not None else time.monotonic()
+        t0 = time.monotonic()
+        self._intake()
+        step_id = self._step_id + 1
+        if self.faults.should_hang(step_id):
+            self._hang()
+            return None
+        out = self.scheduler.schedule(step_id, start)
+        if not out.scheduled and not out.preempted:
+            return None
+        host_s = time.monotonic() - t0
+        exec_start = time.monotonic()
+        sampled = self.executor.execute(out.batch) if out.scheduled else {}
+        end = time.monotonic()
+        extra = (self._stretch - 1.0) * (end - exec_start)
+        stall = self.faults.stall_seconds(step_id, start)
+        if extra + stall > 0:
+            time.sleep(extra + stall)  # a device or host that is slower than it should be
+            end = time.monotonic()
+        self._window_start = end
+        t1 = time.monotonic()
+        updates = self.scheduler.update(out, sampled, end)
+        self._emit(updates, end)
+        host_s += time.monotonic() - t1
+        return self._record(step_id, start, end, out, stall > 0, host_s)
+
+    # ---- step helpers ---------------------------------------------------------------------
+    def _intake(self) -> None:
+        # Owns: moves new sequences into the scheduler; cancelled ones are freed (exactly
+        # once, by Scheduler.abort) and told "abort".
+        with self._lock:
+            new, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+        self.scheduler.waiting.extend(new)
+        for seq in aborts:
+            if self.scheduler.abort(seq):
+                self._finished += 1
+                self.faults.on_request_finished()
+                self._call(seq, self._output(seq, [], time.monotonic()))
+
+    def _record(self, step_id: int, start: float, end: float, out: SchedulerOutput,
+                stalled: bool, host_s: float) -> dict[str, Any]:
+        s = self.scheduler
+        record = {
+            "step_id": step_id, "start": start, "end": end,
+            "prefill_tokens": out.num_prefill_tokens, "decode_seqs": out.num_decode_seqs,
+            "num_running": len(s.running), "num_waiting": len(s.waiting),
+            "preemptions": len(out.preempted), "kv_blocks_used": self.pool.num_used_blocks,
+            "kv_blocks_total": self.pool.num_blocks, "fault": self.faults.step_label(stalled),
+            "host_s": host_s,  # engine time outside the executor (intake, schedule, update)
+        }
+        with self._lock:
+            self._step_id = step_id
+            self._steps.append(record)
+        return record
+
+    def _emit(self, updates: list[SeqUpdate], now: float) -> None:
+        # Finished sequences leave the live map here (unless abort already took them, or
+        # the id now names a newer request); outputs of aborted sequences are dropped.
+        with self._lock:
+            for u in updates:
+                seq = u.seq
+                if u.finished:
+                    if self._live.get(seq.request_id) is seq:
+                        del self._live[seq.request_id]
+                    self._finished += 1
+                    self.faults.on_request_finished()
+                if seq.aborted:
+                    continue
+                self._call(seq, self._output(seq, u.new_token_ids, now))
+
+    def _output(self, seq: Sequence, new: list[int], now: float) -> RequestOutput:
+        reason = "abort" if seq.aborted else seq.finish_reason
+        return RequestOutput(seq.request_id, new, seq.is_finished, reason, seq.num_prompt_tokens,
+                             seq.num_cached_tokens, seq.arrival_time, seq.first_scheduled_time,
+                             seq.first_token_time)
+
+    def _call(self, seq: Sequence, out: RequestOutput) -> None:
+        try:
+            seq.on_output(out)
+        except Exception:
+            # A broken consumer must not stop the engine; its request is cancelled.
+            log.exception("on_output of request %r failed; aborting it", seq.request_id)
+            with self._lock:
+                if self._live.get(seq.request_id) is seq:
+                    del self._live[seq.request_id]
+                    seq.aborted = True
+                    self._aborts.append(seq)
+
+    def _hang(self) -> None:
+        # The hang fault: the loop stops making progress (no steps, no outputs) while every
+        # other thread keeps answering; only stop() releases it.
+        if not self._hung:
+            log.warning("fault hang: step loop stopped before step %d", self._step_id + 1)
+        self._hung = True
+        self._stop.wait()

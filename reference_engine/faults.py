@@ -1,0 +1,161 @@
+"""Fault injection: each fault leaves the signature the real incident leaves.
+
+A spec is `kind:field=value,field=value` (the `--fault` flag, repeatable):
+
+| kind | fields | signature |
+| --- | --- | --- |
+| `periodic-stall` | `every_steps=N` or `every_s=S`, `duration_ms=D` | every N steps (or S seconds) one step lasts D ms longer, shared by every running request at the same wall time; those steps carry `fault="periodic-stall"` in the step log |
+| `slow-device` | `factor=F` (> 1) | HBM bandwidth derated F times: every memory-bound step is slower by the roofline (sim), or every step stretched F times (other executors) |
+| `memory-growth` | `bytes_per_request=B` | B bytes retained (really allocated and touched) per finished request; `memory_report()["retained"]` grows linearly with finished requests |
+| `hang` | `at_step=N` | the step loop stops before step N and never returns; HTTP, /health and /metrics keep answering, the step log stops at N-1 |
+| `slow-collective` | `factor=F` (> 1), optional `bytes_per_token=` | each step adds (F-1) x the ideal tensor-parallel all-reduce time of its tokens (ring all-reduce over the GPU's interconnect); needs tensor_parallel_size > 1 |
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# kind -> {field: type}; `required` lists fields that must be given.
+_FIELDS: dict[str, dict[str, type]] = {
+    "periodic-stall": {"every_steps": int, "every_s": float, "duration_ms": float},
+    "slow-device": {"factor": float},
+    "memory-growth": {"bytes_per_request": int},
+    "hang": {"at_step": int},
+    "slow-collective": {"factor": float},
+}
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "periodic-stall": ("duration_ms",),
+    "slow-device": ("factor",),
+    "memory-growth": ("bytes_per_request",),
+    "hang": ("at_step",),
+    "slow-collective": ("factor",),
+}
+FAULT_KINDS = tuple(_FIELDS)
+
+
+class FaultSpecError(ValueError):
+    """A `--fault` spec is malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    kind: str
+    params: dict[str, float]
+
+    def __str__(self) -> str:
+        fields = ",".join(f"{k}={v:g}" for k, v in self.params.items())
+        return f"{self.kind}:{fields}"
+
+
+def parse_fault(spec: str) -> FaultSpec:
+    """Parse `kind:field=value,...`; raise FaultSpecError naming what is wrong."""
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.strip()
+    if kind not in _FIELDS:
+        raise FaultSpecError(f"fault kind {kind!r} is unknown (expected one of {', '.join(FAULT_KINDS)})")
+    fields = _FIELDS[kind]
+    params: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        name, eq, raw = item.partition("=")
+        name = name.strip()
+        if not eq:
+            raise FaultSpecError(f"fault {kind}: {item!r} is not field=value")
+        if name not in fields:
+            raise FaultSpecError(f"fault {kind}: unknown field {name!r} (expected {', '.join(fields)})")
+        try:
+            value = fields[name](raw.strip())
+        except ValueError:
+            raise FaultSpecError(
+                f"fault {kind}: field {name} must be {fields[name].__name__}, got {raw.strip()!r}"
+            ) from None
+        if not value >= 0:
+            raise FaultSpecError(f"fault {kind}: field {name} must be >= 0, got {raw.strip()}")
+        params[name] = value
+    for name in _REQUIRED[kind]:
+        if name not in params:
+            raise FaultSpecError(f"fault {kind}: field {name} is required")
+    _check(kind, params)
+    return FaultSpec(kind, params)
+
+
+def _check(kind: str, p: dict[str, float]) -> None:
+    if kind == "periodic-stall":
+        if ("every_steps" in p) == ("every_s" in p):
+            raise FaultSpecError("fault periodic-stall: give exactly one of every_steps, every_s")
+        if p.get("every_steps", 1) < 1 or p.get("every_s", 1.0) <= 0:
+            raise FaultSpecError("fault periodic-stall: field every_steps/every_s must be > 0")
+    if kind in ("slow-device", "slow-collective") and p["factor"] < 1.0:
+        raise FaultSpecError(f"fault {kind}: field factor must be >= 1, got {p['factor']:g}")
+    if kind == "hang" and p["at_step"] < 1:
+        raise FaultSpecError("fault hang: field at_step must be >= 1")
+
+
+class Faults:
+    """The active faults of one engine and the state they keep (stall clock, retained bytes).
+
+    Called from the engine thread, except `retained_bytes` which any thread may read.
+    """
+
+    def __init__(self, specs: Iterable[str | FaultSpec] = ()) -> None:
+        self.specs = [s if isinstance(s, FaultSpec) else parse_fault(s) for s in specs]
+        kinds = [s.kind for s in self.specs]
+        dup = {k for k in kinds if kinds.count(k) > 1}
+        if dup:
+            raise FaultSpecError(f"fault {sorted(dup)[0]} given more than once")
+        by = {s.kind: s.params for s in self.specs}
+        self.device_factor = by.get("slow-device", {}).get("factor", 1.0)
+        self.collective_factor = by.get("slow-collective", {}).get("factor", 1.0)
+        self.hang_at_step = int(by["hang"]["at_step"]) if "hang" in by else None
+        stall = by.get("periodic-stall")
+        self._stall_every_steps = int(stall["every_steps"]) if stall and "every_steps" in stall else None
+        self._stall_every_s = stall.get("every_s") if stall else None
+        self._stall_s = stall["duration_ms"] / 1e3 if stall else 0.0
+        self._next_stall_at: float | None = None
+        self._bytes_per_request = int(by.get("memory-growth", {}).get("bytes_per_request", 0))
+        self._retained: list[bytearray] = []
+        self._retained_bytes = 0
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self.specs)
+
+    def should_hang(self, step_id: int) -> bool:
+        return self.hang_at_step is not None and step_id >= self.hang_at_step
+
+    def stall_seconds(self, step_id: int, now: float) -> float:
+        """Extra host time to spend in this step (periodic-stall), 0 when none is due."""
+        if self._stall_every_steps is not None:
+            return self._stall_s if step_id % self._stall_every_steps == 0 else 0.0
+        if self._stall_every_s is not None:
+            if self._next_stall_at is None:
+                self._next_stall_at = now + self._stall_every_s
+            if now >= self._next_stall_at:
+                self._next_stall_at = now + self._stall_every_s
+                return self._stall_s
+        return 0.0
+
+    def on_request_finished(self) -> None:
+        # Really allocate and touch the bytes, so RSS and allocator probes see the growth too.
+        if self._bytes_per_request:
+            buf = bytearray(b"\x01") * self._bytes_per_request
+            with self._lock:
+                self._retained.append(buf)
+                self._retained_bytes += len(buf)
+
+    @property
+    def retained_bytes(self) -> int:
+        with self._lock:
+            return self._retained_bytes
+
+    def step_label(self, stalled: bool) -> str | None:
+        """The `fault` field of a step record: which faults shaped this step."""
+        labels = []
+        if self.device_factor > 1.0:
+            labels.append("slow-device")
+        if self.collective_factor > 1.0:
+            labels.append("slow-collective")
+        if stalled:
+            labels.append("periodic-stall")
+        return "+".join(labels) or None
