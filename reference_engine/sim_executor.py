@@ -1,0 +1,124 @@
+"""The sim executor: no tensors, real time.
+
+Each step lasts what the roofline arithmetic of `infbench.specs` predicts for the named
+model, GPU and TP given the step's composition (prefill chunks with their context, decode
+sequences with theirs), plus a fixed per-step overhead — and the engine really waits that
+long, so HTTP clients measure real latencies. The wait runs to a deadline counted from the
+step's start, so the engine's own bookkeeping is absorbed inside the step rather than added
+to it. The KV pool has the size `infbench plan memory` computes. Tokens are synthetic:
+printable ASCII bytes of the byte-level tokenizer, deterministic from a seed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from infbench.specs import get_gpu, get_model
+from infbench.specs.gpus import DEFAULT_BANDWIDTH_FRACTION
+from infbench.specs.memory import plan_memory
+from infbench.specs.roofline import step_time
+from reference_engine.config import ConfigError, EngineConfig
+from reference_engine.executor import StepBatch
+
+EOS_ID = 257  # the byte tokenizer's end of sequence (ids 0..255 are bytes)
+_PRINTABLE_FIRST, _PRINTABLE_COUNT = 0x20, 0x7F - 0x20  # space .. '~'
+_M64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64 finaliser: a cheap, well-spread hash of an integer."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+class SimExecutor:
+    name = "sim"
+    eos_token_id = EOS_ID
+
+    def __init__(self, config: EngineConfig, device_factor: float = 1.0,
+                 collective_factor: float = 1.0) -> None:
+        """device_factor > 1 derates HBM bandwidth (slow-device fault); collective_factor > 1
+        slows the TP all-reduce (slow-collective fault)."""
+        self.model = get_model(config.model)
+        self.gpu = get_gpu(config.gpu)
+        self.tp = config.tensor_parallel_size
+        self.block_size = config.block_size
+        self.weight_format = config.weight_format
+        self.kv_format = config.kv_format
+        self.overhead_s = config.step_overhead_ms / 1e3
+        self.seed = config.seed
+        self.eos_probability = config.sim_eos_probability
+        self.bandwidth_fraction = DEFAULT_BANDWIDTH_FRACTION / device_factor
+        self.collective_factor = collective_factor
+        if collective_factor > 1.0 and self.tp == 1:
+            raise ConfigError("fault slow-collective needs tensor_parallel_size > 1")
+        self.plan = plan_memory(
+            self.model, self.gpu, tp=self.tp,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            max_model_len=config.max_model_len, block_size=self.block_size,
+            weight_format=self.weight_format, kv_format=self.kv_format,
+            max_num_batched_tokens=config.token_budget, max_num_seqs=config.max_num_seqs)
+        if config.num_gpu_blocks is not None:
+            self.num_blocks = config.num_gpu_blocks
+        elif not self.plan.fits or self.plan.num_blocks <= 0:
+            raise ConfigError(
+                f"max_model_len ({config.max_model_len}) does not fit {self.model.name} on "
+                f"{self.gpu.name} with tensor_parallel_size={self.tp}: "
+                f"{self.plan.error or self.plan.failing_term} (see `infbench plan memory`)")
+        else:
+            self.num_blocks = self.plan.num_blocks
+        self.last_prediction_s = 0.0
+
+    def predict(self, batch: StepBatch) -> float:
+        """Seconds this step takes on the simulated device, overhead included."""
+        prefill: list[tuple[int, int]] = []
+        decode: list[int] = []
+        for w in batch.seqs:
+            if w.is_decode:
+                decode.append(w.start_pos + 1)  # the new token attends to itself and all before
+            else:
+                prefill.append((len(w.token_ids), w.start_pos))
+        bd = step_time(self.model, self.gpu, tp=self.tp, weight_format=self.weight_format,
+                       kv_format=self.kv_format, prefill_chunks=prefill, decode_contexts=decode,
+                       bandwidth_fraction=self.bandwidth_fraction)
+        # A slow link stretches only the step's TP all-reduces (comm_s is 0 at tp=1).
+        return bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + self.overhead_s
+
+    def execute(self, batch: StepBatch) -> dict[int, int]:
+        predicted = self.predict(batch)
+        self.last_prediction_s = predicted
+        out = {w.seq_id: self._token(w.seq_id, w.params.seed, w.params.temperature,
+                                     w.start_pos + len(w.token_ids))
+               for w in batch.seqs if w.sample}
+        start = batch.start_time or time.monotonic()
+        deadline = start + predicted
+        # Sleep to the deadline; loop because sleep may wake early on some platforms.
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(left)
+        return out
+
+    def _token(self, seq_id: int, seed: int | None, temperature: float, position: int) -> int:
+        # Greedy requests and seeded ones get the same tokens every time; unseeded sampled
+        # requests differ per sequence. Only the stream's identity and position matter.
+        if seed is not None:
+            stream = _mix(seed ^ 0x5EED)
+        elif temperature == 0.0:
+            stream = _mix(self.seed)
+        else:
+            stream = _mix(self.seed ^ (seq_id << 20))
+        r = _mix(stream ^ position)
+        if self.eos_probability and (r >> 11) / (1 << 53) < self.eos_probability:
+            return EOS_ID
+        return _PRINTABLE_FIRST + r % _PRINTABLE_COUNT
+
+    def memory_report(self) -> dict[str, int]:
+        p = self.plan
+        return {
+            "weights": int(p.weights_bytes),
+            "kv_pool": int(self.num_blocks * p.bytes_per_block),
+            # What the engine reserves besides weights and KV: peak activations, non-torch
+            # allocations (NCCL, allocator), CUDA graphs.
+            "other": int(p.activation_bytes + p.non_torch_bytes + p.cuda_graph_bytes),
+        }
