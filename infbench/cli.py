@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from infbench import __version__
-from infbench.commands import engine
+from infbench.commands import engine, plan
 
 app = typer.Typer(
     help="Benchmark and diagnose LLM inference endpoints.",
@@ -13,6 +13,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(engine.app, name="engine")
+app.add_typer(plan.app, name="plan")
 
 
 @app.command("version")

@@ -42,7 +42,8 @@ class Fix:
     change: str  # e.g. "tp=4"
     settings: dict  # the arguments to plan_memory that make it fit
     kv_tokens: int  # KV capacity per GPU after the change
-    cost: str  # what the change costs the user
+    cost: str  # what the change costs the user (or, when it does not fit, why not)
+    fits: bool = True
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,8 @@ def _fixes(model: ModelSpec, gpu: GpuSpec, plan: MemoryPlan, kwargs: dict) -> li
                 )
             )
             break
+    else:
+        fixes.append(Fix("more GPUs (tp)", {}, 0, "no TP degree up to 64 fits", fits=False))
     if plan.failing_term == "kv_cache" and plan.max_model_len_that_fits >= plan.block_size:
         length = plan.max_model_len_that_fits
         p = attempt(max_model_len=length)
@@ -333,6 +336,22 @@ def _fixes(model: ModelSpec, gpu: GpuSpec, plan: MemoryPlan, kwargs: dict) -> li
                 )
             )
             break
+    else:
+        short = (
+            plan.needed_bytes - plan.kv_pool_bytes
+            if plan.failing_term == "kv_cache"
+            else (-plan.remaining_bytes)
+        )
+        fixes.append(
+            Fix(
+                "gpu_memory_utilization",
+                {},
+                0,
+                f"no setting up to 0.99 fits: {_gib(short)} short, "
+                f"{_gib(0.99 * plan.total_bytes - plan.budget_bytes)} gained at 0.99",
+                fits=False,
+            )
+        )
     current_w = get_format(plan.weight_format).bytes_per_element
     current_k = get_format(plan.kv_format).bytes_per_element
     for wname, kname in _QUANT_FIXES:
@@ -353,4 +372,6 @@ def _fixes(model: ModelSpec, gpu: GpuSpec, plan: MemoryPlan, kwargs: dict) -> li
             )
         )
         break
+    else:
+        fixes.append(Fix("quantization", {}, 0, "no offered weight/KV format fits", fits=False))
     return fixes
