@@ -12,8 +12,12 @@ handler, and the handler's `finally` aborts the engine request (the engine frees
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hmac
 import logging
+import socket
+import sys
+import termios
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -98,7 +102,7 @@ def _prompt_ids(app: web.Application, req: GenerationRequest) -> list[int]:
     if req.prompt_token_ids is not None:
         bad = [t for t in req.prompt_token_ids if t >= VOCAB_SIZE]
         if bad:
-            raise invalid("prompt", f"token id {bad[0]} is outside the vocabulary "
+            raise invalid("prompt", f"'prompt' token id {bad[0]} is outside the vocabulary "
                                     f"(size {VOCAB_SIZE})")
         return req.prompt_token_ids
     assert req.prompt_text is not None
@@ -140,7 +144,7 @@ async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamR
         loop=asyncio.get_running_loop(), engine=engine, request_id=response_id, req=req,
         tokenizer=app[TOKENIZER_KEY], metrics=app[METRICS_KEY], created=protocol.now_s(),
         byte_budget=config.stream_byte_budget,
-        transport_buffered=(transport.get_write_buffer_size if transport else None),
+        transport_buffered=unsent_bytes_probe(transport) if transport else None,
         on_overflow=(transport.abort if transport else None))
     try:
         engine.add_request(response_id, prompt_ids, params, gen.on_output)
@@ -158,20 +162,45 @@ async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamR
         gen.close("the response ended before the engine finished (client gone?)")
 
 
+def unsent_bytes_probe(transport: asyncio.Transport) -> Callable[[], int]:
+    """Bytes written for this connection that the client has not taken yet.
+
+    The transport's own buffer only fills once the kernel's send buffer is full, and Linux
+    autotunes that up to megabytes; so where the kernel can say how much of its send queue
+    is still unsent (SIOCOUTQ), that counts too. Elsewhere only the transport buffer counts.
+    """
+    sock = transport.get_extra_info("socket")
+    outq = getattr(termios, "TIOCOUTQ", None)  # same request number as SIOCOUTQ on Linux
+    if sock is None or outq is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return transport.get_write_buffer_size
+    fd, buf = sock.fileno(), bytearray(4)
+
+    def unsent() -> int:
+        try:
+            fcntl.ioctl(fd, outq, buf)
+        except OSError:
+            return transport.get_write_buffer_size()
+        return transport.get_write_buffer_size() + int.from_bytes(buf, sys.byteorder)
+
+    return unsent
+
+
 async def _stream(request: web.Request, req: GenerationRequest,
                   gen: Generation) -> web.StreamResponse:
     resp = web.StreamResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         REQUEST_ID_HEADER: request["request_id"]})
     await resp.prepare(request)
-    if req.kind == "chat":
-        await resp.write(protocol.sse(protocol.chunk(req, gen.request_id, gen.created, None,
-                                                     role=True)))
-    while data := await gen.next_bytes():
-        await resp.write(data)
-    if gen.overflowed:
-        return resp  # the transport is already closed; there is nothing more to say
-    await resp.write_eof()
+    try:
+        if req.kind == "chat":
+            await resp.write(protocol.sse(protocol.chunk(req, gen.request_id, gen.created,
+                                                         None, role=True)))
+        while data := await gen.next_bytes():
+            await resp.write(data)
+        if not gen.overflowed:  # after an overflow the transport is closed already
+            await resp.write_eof()
+    except ConnectionResetError:
+        log.debug("client of %s went away mid-stream", gen.request_id)
     return resp
 
 

@@ -147,7 +147,7 @@ class Generation:
             if self._on_overflow is not None:
                 self._on_overflow()
 
-    def _give_up(self, why: str) -> None:
+    def _give_up(self, why: str, level: int = logging.WARNING) -> None:
         if self._closed:
             return
         self._closed = True
@@ -155,12 +155,15 @@ class Generation:
         self._pending_bytes = 0
         self._engine.abort_request(self.request_id)
         self._metrics.request_success["abort"] += 1
-        log.warning("request %s cancelled: %s", self.request_id, why)
+        log.log(level, "request %s cancelled: %s", self.request_id, why)
         self._wakeup.set()
 
     def close(self, why: str) -> None:
-        """The response is over for whatever reason; abort the engine request if it runs."""
-        self._give_up(why)
+        """The response is over for whatever reason; abort the engine request if it runs.
+
+        A client leaving early is routine (vLLM logs it at INFO too), hence the level.
+        """
+        self._give_up(why, logging.INFO)
 
     @property
     def done(self) -> bool:
