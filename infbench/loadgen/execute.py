@@ -1,0 +1,102 @@
+"""One run from start to end: store row, writer, runner, signals, cool-down, summary, status.
+
+Nothing is written before preflight passed (the caller runs it first). From `create_run` on,
+every path ends in `finish_run` with completed, interrupted or failed, and everything
+received so far is in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
+from infbench.loadgen.summary import mark_cooldown, summarize
+from infbench.loadgen.workloads.base import Workload
+from infbench.store import BatchWriter, create_run, finish_run, new_run_id, open_store
+
+ProgressHook = Callable[[LiveStats, RunSettings], Awaitable[None]]
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    outcome: RunOutcome
+    summary: dict[str, Any]
+    signal_name: str | None
+
+
+async def _drive(runner: Runner, settings: RunSettings, progress: ProgressHook | None) -> tuple[RunOutcome, str | None]:
+    loop = asyncio.get_running_loop()
+    caught: list[str] = []
+
+    def on_signal(name: str) -> None:
+        caught.append(name)
+        runner.interrupt(f"{name} received")
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):
+            pass
+    progress_task = asyncio.create_task(progress(runner.stats, settings)) if progress else None
+    try:
+        outcome = await runner.run()
+    finally:
+        if progress_task is not None:
+            progress_task.cancel()
+            await asyncio.gather(progress_task, return_exceptions=True)
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+    return outcome, (caught[0] if caught else None)
+
+
+def execute_run(
+    settings: RunSettings,
+    workload: Workload,
+    db_path: str | Path,
+    config: dict[str, Any],
+    slo: dict[str, float] | None = None,
+    progress: ProgressHook | None = None,
+) -> RunResult:
+    """Run and record. Ownership: opens and closes the store connection itself."""
+    if settings.api_key and settings.api_key in repr(config):
+        raise ValueError("config: the API key must never be part of the stored configuration")
+    con = open_store(db_path)
+    try:
+        run_id = new_run_id()
+        t0 = time.monotonic_ns()
+        create_run(con, run_id=run_id, config=config, target_url=settings.url, model=settings.model,
+                   endpoint=settings.endpoint, t0_monotonic_ns=t0)
+        writer = BatchWriter(con, run_id)
+        runner = Runner(settings, workload, writer, t0)
+        try:
+            outcome, sig = asyncio.run(_drive(runner, settings, progress))
+        except BaseException as exc:
+            try:
+                writer.close()
+            finally:
+                reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                finish_run(con, run_id, status=status, reason=reason[:500])
+            raise
+        writer.close()
+        mark_cooldown(con, run_id, outcome.last_send_ns, settings.cooldown_s)
+        a = settings.arrivals
+        summary = summarize(con, run_id, slo, open_loop_uncapped=a.kind != "closed" and a.concurrency == 0)
+        summary["status"] = outcome.status
+        summary["status_reason"] = outcome.reason
+        summary["scrapes"] = outcome.scrapes
+        summary["scrape_errors"] = outcome.scrape_errors
+        finish_run(con, run_id, status=outcome.status, reason=outcome.reason, summary=summary,
+                   client_bound=summary["client_bound"])
+        return RunResult(run_id, outcome, summary, sig)
+    finally:
+        con.close()

@@ -1,0 +1,398 @@
+"""Drive a workload against a target and stream every request and chunk into the store.
+
+The runner schedules sessions (closed loop: N slots that send as soon as they are free;
+open loop: intended send times from an arrival process or a trace), sends each request on
+the hot path in `client.py`, parses the recorded stream afterwards, and appends rows to
+column buffers that go to the store writer in batches while the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from infbench.loadgen.arrivals import Arrivals
+from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
+from infbench.loadgen.client import RawResponse, make_session, stream_post
+from infbench.loadgen.health import HealthMonitor, HealthSample
+from infbench.loadgen.scrape import Scraper
+from infbench.loadgen.sse import ParsedStream, StreamParser
+from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
+from infbench.store.writer import BatchWriter, ColumnBuffer
+
+CHUNK_BATCH_ROWS = 65536
+REQUEST_BATCH_ROWS = 2048
+_PARSE_SLICE = 4096  # reads parsed between yields to the event loop
+_CONNECTION_ERRORS = {"connection_refused", "connection_reset", "connection_error"}
+
+
+@dataclass
+class RunSettings:
+    url: str  # base URL, no trailing slash
+    endpoint: str
+    model: str
+    arrivals: Arrivals
+    api_key: str | None = None  # never stored: the config JSON is built without it
+    duration_s: float | None = None
+    num_requests: int | None = None
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
+    request_timeout_s: float = 300.0
+    seed: int = 0
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    metrics_url: str | None = None
+    steps_url: str | None = None
+    steps_after: int = -1
+    scrape_interval_s: float = 1.0
+    sample_interval_s: float = 1.0
+    drain_timeout_s: float | None = None  # wait for in-flight after sending stops
+
+    def validate(self) -> None:
+        self.arrivals.validate()
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint: {self.endpoint!r} is not one of {', '.join(ENDPOINTS)}")
+        if self.duration_s is None and self.num_requests is None and self.arrivals.kind != "trace":
+            raise ValueError("duration/num_requests: give at least one stop condition")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ValueError("duration: must be > 0")
+        if self.num_requests is not None and self.num_requests <= 0:
+            raise ValueError("num_requests: must be > 0")
+        if self.warmup_s < 0 or self.cooldown_s < 0:
+            raise ValueError("warmup/cooldown: must be >= 0")
+        if self.request_timeout_s <= 0:
+            raise ValueError("request_timeout: must be > 0")
+
+
+@dataclass
+class LiveStats:
+    """What the progress display reads; updated by the runner only."""
+
+    sent: int = 0
+    done: int = 0
+    errors: int = 0
+    in_flight: int = 0
+    started_ns: int = 0
+    recent_done_ns: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
+    recent_ttft_ms: deque[float] = field(default_factory=lambda: deque(maxlen=500))
+    recent_itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=500))
+    errors_by_class: dict[str, int] = field(default_factory=dict)
+    last_health: HealthSample | None = None
+
+    def rate(self, window_s: float = 5.0) -> float:
+        now = time.monotonic_ns()
+        cutoff = now - int(window_s * 1e9)
+        n = sum(1 for t in self.recent_done_ns if t >= cutoff)
+        span = min(window_s, max((now - self.started_ns) / 1e9, 1e-9))
+        return n / span
+
+    @staticmethod
+    def p50(values: deque[float]) -> float | None:
+        return float(np.median(values)) if values else None
+
+
+@dataclass
+class RunOutcome:
+    status: str  # completed | interrupted
+    reason: str | None
+    requests: int
+    last_send_ns: int  # relative to t0, for the cool-down window
+    scrape_errors: dict[str, int]
+    scrapes: dict[str, int]
+
+
+class Runner:
+    """One run. Ownership: the runner owns its HTTP session, tasks and column buffers; the
+    caller owns `writer` (and the DuckDB connection behind it) and closes it after `run()`."""
+
+    def __init__(self, settings: RunSettings, workload: Workload, writer: BatchWriter, t0_ns: int) -> None:
+        settings.validate()
+        self.s = settings
+        self.workload = workload
+        self.writer = writer
+        self.t0_ns = t0_ns
+        self.stats = LiveStats(started_ns=t0_ns)
+        self.health = HealthMonitor(settings.sample_interval_s)
+        self._url = settings.url + ENDPOINTS[settings.endpoint]
+        self._headers = auth_headers(settings.api_key)
+        self._chunks = ColumnBuffer("chunks")
+        self._requests = ColumnBuffer("requests")
+        self._metrics = ColumnBuffer("metric_samples")
+        self._steps = ColumnBuffer("engine_steps")
+        self._client = ColumnBuffer("client_samples")
+        self._next_idx = 0
+        self._last_send_ns = 0
+        self._stop = asyncio.Event()
+        self._stop_reason: str | None = None
+        self._interrupted = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._consecutive_conn_errors = 0
+        self._rng = np.random.default_rng(settings.seed)
+
+    # -- control -----------------------------------------------------------------------
+    def interrupt(self, reason: str) -> None:
+        """Stop sending and cancel in-flight requests; what was received is kept."""
+        if self._interrupted:
+            return
+        self._interrupted = True
+        self._stop_reason = reason
+        self._stop.set()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _deadline_passed(self) -> bool:
+        if self._stop.is_set():
+            return True
+        if self.s.num_requests is not None and self._next_idx >= self.s.num_requests or self.s.duration_s is not None and time.monotonic_ns() - self.t0_ns >= self.s.duration_s * 1e9:
+            self._stop.set()
+        return self._stop.is_set()
+
+    # -- the run -----------------------------------------------------------------------
+    async def run(self) -> RunOutcome:
+        session = make_session(self.s.arrivals.concurrency, self.s.request_timeout_s)
+        self._session = session
+        background: list[asyncio.Task[Any]] = []
+        try:
+            background.append(asyncio.create_task(self.health.run(self._on_health)))
+            scraper = Scraper(session, self.s.metrics_url, self.s.steps_url, self._headers,
+                              self.s.scrape_interval_s, on_metrics=self._on_metrics,
+                              on_steps=self._on_steps, t0_ns=self.t0_ns,
+                              _last_step=self.s.steps_after)
+            if self.s.metrics_url or self.s.steps_url:
+                background.append(asyncio.create_task(scraper.run()))
+            sessions = self.workload.sessions(self._rng)
+            if self.s.arrivals.kind == "closed":
+                await self._closed_loop(sessions)
+            else:
+                await self._open_loop(sessions)
+            await self._drain()
+            if self.s.metrics_url or self.s.steps_url:
+                await scraper.scrape_once()  # the state at the end of the run
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await session.close()
+            self._flush_all()
+        return RunOutcome(
+            status="interrupted" if self._interrupted else "completed",
+            reason=self._stop_reason,
+            requests=self._next_idx,
+            last_send_ns=self._last_send_ns,
+            scrape_errors=scraper.errors,
+            scrapes=scraper.scrapes,
+        )
+
+    async def _drain(self) -> None:
+        if not self._tasks:
+            return
+        timeout = self.s.drain_timeout_s if self.s.drain_timeout_s is not None else self.s.request_timeout_s + 5
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        if pending:
+            self.interrupt(f"{len(pending)} requests still in flight {timeout:.0f}s after sending stopped")
+            await asyncio.wait(pending)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _closed_loop(self, sessions: Iterator[Session]) -> None:
+        async def slot() -> None:
+            for sess in sessions:
+                if self._deadline_passed():
+                    return
+                await self._run_session(sess, first_intended_ns=None)
+                if self._deadline_passed():
+                    return
+
+        slots = [self._spawn(slot()) for _ in range(self.s.arrivals.concurrency)]
+        await asyncio.gather(*slots, return_exceptions=True)
+
+    async def _open_loop(self, sessions: Iterator[Session]) -> None:
+        a = self.s.arrivals
+        offsets = a.offsets(self._rng) if a.kind != "trace" else None
+        cap = asyncio.Semaphore(a.concurrency) if a.concurrency > 0 else None
+        for sess in sessions:
+            spec = next(sess, None)
+            if spec is None:
+                continue
+            if offsets is not None:
+                at = next(offsets)
+            else:
+                at = (spec.at or 0.0) * (a.time_scale if a.kind != "trace" else 1.0)
+            due_ns = self.t0_ns + int(at * 1e9)
+            if self.s.duration_s is not None and at >= self.s.duration_s:
+                self._stop.set()
+            if self._deadline_passed():
+                break
+            delay = (due_ns - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._stop.wait(), timeout=delay)
+                    break  # stopped while waiting
+                except TimeoutError:
+                    pass
+            if cap is not None:
+                await cap.acquire()
+                if self._stop.is_set():
+                    cap.release()
+                    break
+            self._spawn(self._run_session(sess, due_ns, first=spec, cap=cap))
+
+    async def _run_session(
+        self,
+        sess: Session,
+        first_intended_ns: int | None,
+        first: RequestSpec | None = None,
+        cap: asyncio.Semaphore | None = None,
+    ) -> None:
+        try:
+            spec = first if first is not None else next(sess, None)
+            intended = first_intended_ns
+            while spec is not None:
+                reply = await self._send(spec, intended if intended is not None else time.monotonic_ns())
+                intended = None  # later turns follow the previous reply at once
+                if self._deadline_passed() and spec.conversation_id is None:
+                    return
+                if self._stop.is_set():
+                    return
+                try:
+                    spec = sess.send(reply)
+                except StopIteration:
+                    return
+        finally:
+            if cap is not None:
+                cap.release()
+
+    async def _send(self, spec: RequestSpec, intended_ns: int) -> str | None:
+        idx = self._next_idx
+        self._next_idx += 1
+        body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
+                          ignore_eos=self.s.ignore_eos, temperature=self.s.temperature)
+        raw = RawResponse(send_ns=0)
+        self.stats.sent += 1
+        self.stats.in_flight += 1
+        try:
+            await stream_post(self._session, self._url, body, self._headers, raw)
+        except asyncio.CancelledError:
+            self.stats.in_flight -= 1
+            self._record(idx, spec, intended_ns, raw, self._parse_now(raw, False))
+            raise
+        self.stats.in_flight -= 1
+        self._last_send_ns = max(self._last_send_ns, raw.send_ns - self.t0_ns)
+        self.health.note_schedule_lag((raw.send_ns - intended_ns) / 1e6)
+        parsed = await self._parse(raw)
+        self._record(idx, spec, intended_ns, raw, parsed)
+        ok = raw.error_class is None and parsed.error_class is None
+        return parsed.text if ok else None
+
+    async def _parse(self, raw: RawResponse) -> ParsedStream:
+        if len(raw.reads) <= _PARSE_SLICE:
+            return self._parse_now(raw, self.workload.needs_text)
+        parser = StreamParser(self.workload.needs_text)
+        for i in range(0, len(raw.reads), _PARSE_SLICE):
+            for t, data in zip(raw.read_ns[i : i + _PARSE_SLICE], raw.reads[i : i + _PARSE_SLICE], strict=True):
+                parser.feed(t, data)
+            await asyncio.sleep(0)  # a 32K-token stream must not freeze the other streams' clocks
+        return parser.finish(b"".join(raw.reads))
+
+    @staticmethod
+    def _parse_now(raw: RawResponse, need_text: bool) -> ParsedStream:
+        parser = StreamParser(need_text)
+        for t, data in zip(raw.read_ns, raw.reads, strict=True):
+            parser.feed(t, data)
+        return parser.finish(b"".join(raw.reads))
+
+    # -- rows --------------------------------------------------------------------------
+    def _record(self, idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse, p: ParsedStream) -> None:
+        t0 = self.t0_ns
+        error_class = raw.error_class or p.error_class
+        error_message = redact(raw.error_message or p.error_message, self.s.api_key)
+        n = len(p.seq)
+        if n:
+            self._chunks.extend({
+                "request_idx": [idx] * n, "seq": p.seq, "t_ns": [t - t0 for t in p.t_ns],
+                "read_idx": p.read_idx, "nbytes": p.nbytes, "content": p.content,
+                "coalesced": p.coalesced})
+        out_tokens, out_source = p.output_tokens
+        usage = p.usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+
+        def rel(t: int | None) -> int | None:
+            return None if t is None or t == 0 else t - t0
+
+        self._requests.append({
+            "request_idx": idx, "label": spec.label,
+            "phase": "warmup" if intended_ns - t0 < self.s.warmup_s * 1e9 else "measure",
+            "conversation_id": spec.conversation_id, "turn": spec.turn,
+            "intended_send_ns": intended_ns - t0, "send_ns": rel(raw.send_ns),
+            "headers_ns": rel(raw.headers_ns), "first_chunk_ns": rel(p.first_chunk_ns),
+            "first_content_ns": rel(p.first_content_ns), "last_content_ns": rel(p.last_content_ns),
+            "last_chunk_ns": rel(p.last_chunk_ns), "end_ns": rel(raw.end_ns),
+            "status_code": raw.status, "error_class": error_class, "error_message": error_message,
+            "target_input_tokens": spec.target_input_tokens,
+            "prompt_tokens": usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None,
+            "prompt_tokens_source": "usage" if isinstance(usage.get("prompt_tokens"), int) else None,
+            "max_tokens": spec.max_tokens,
+            "output_tokens": out_tokens if raw.status == 200 else 0,
+            "output_tokens_source": out_source if raw.status == 200 else None,
+            "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
+            "num_chunks": n, "num_content_chunks": p.num_content, "num_reads": p.num_reads,
+            "coalesced_chunks": p.num_coalesced, "response_bytes": p.response_bytes,
+            "finish_reason": p.finish_reason, "response_id": p.response_id,
+            "server_request_id": raw.server_request_id,
+        })
+        st = self.stats
+        st.recent_done_ns.append(raw.end_ns or time.monotonic_ns())
+        if error_class is None:
+            st.done += 1
+            self._consecutive_conn_errors = 0
+            if p.first_content_ns is not None:
+                st.recent_ttft_ms.append((p.first_content_ns - raw.send_ns) / 1e6)
+            if p.num_content > 1 and p.last_content_ns is not None and p.first_content_ns is not None:
+                st.recent_itl_ms.append((p.last_content_ns - p.first_content_ns) / 1e6 / (p.num_content - 1))
+        else:
+            st.errors += 1
+            st.errors_by_class[error_class] = st.errors_by_class.get(error_class, 0) + 1
+            if error_class in _CONNECTION_ERRORS:
+                self._consecutive_conn_errors += 1
+                if self._consecutive_conn_errors >= max(16, 2 * self.s.arrivals.concurrency):
+                    self.interrupt(f"target stopped answering ({self._consecutive_conn_errors} "
+                                   f"connection failures in a row, last: {error_class})")
+        if len(self._chunks) >= CHUNK_BATCH_ROWS:
+            self.writer.put_buffer(self._chunks)
+        if len(self._requests) >= REQUEST_BATCH_ROWS:
+            self.writer.put_buffer(self._requests)
+
+    def _on_health(self, s: HealthSample) -> None:
+        self.stats.last_health = s
+        self._client.append({
+            "t_ns": s.t_ns - self.t0_ns, "in_flight": self.stats.in_flight,
+            "completed": self.stats.done, "errors": self.stats.errors,
+            "loop_lag_ms": s.loop_lag_ms, "schedule_lag_ms": s.schedule_lag_ms,
+            "cpu_percent": s.cpu_percent, "rss_bytes": s.rss_bytes})
+        if len(self._client) >= 256:
+            self.writer.put_buffer(self._client)
+
+    def _on_metrics(self, cols: dict[str, list[Any]]) -> None:
+        if cols["name"]:
+            self._metrics.extend(cols)
+        if len(self._metrics) >= 20000:
+            self.writer.put_buffer(self._metrics)
+
+    def _on_steps(self, cols: dict[str, list[Any]]) -> None:
+        self._steps.extend(cols)
+        if len(self._steps) >= 20000:
+            self.writer.put_buffer(self._steps)
+
+    def _flush_all(self) -> None:
+        for buf in (self._chunks, self._requests, self._metrics, self._steps, self._client):
+            self.writer.put_buffer(buf)

@@ -1,0 +1,111 @@
+"""Scraping the target while a run goes on: Prometheus `/metrics` and the reference engine's
+per-step log (`/engine/steps?after=N`). Failures are counted, never fatal to the run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+
+def parse_prometheus(text: str) -> list[tuple[str, str, float]]:
+    """(name, labels, value) per sample line; labels kept as printed between the braces."""
+    out = []
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        brace = line.find("{")
+        if brace >= 0:
+            close = line.rfind("}")
+            if close < brace:
+                continue
+            name, labels, rest = line[:brace], line[brace + 1 : close], line[close + 1 :]
+        else:
+            name, _, rest = line.partition(" ")
+            labels = ""
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue
+        out.append((name.strip(), labels, value))
+    return out
+
+
+STEP_FIELDS = ("step_id", "start", "end", "prefill_tokens", "decode_seqs", "num_running",
+               "num_waiting", "preemptions", "kv_blocks_used", "kv_blocks_total", "fault")
+
+
+@dataclass
+class Scraper:
+    """Owned by the runner. Rows go out through the two callbacks as column dicts."""
+
+    session: aiohttp.ClientSession
+    metrics_url: str | None
+    steps_url: str | None
+    headers: dict[str, str]
+    interval_s: float = 1.0
+    on_metrics: Callable[[dict[str, list[Any]]], None] = lambda cols: None
+    on_steps: Callable[[dict[str, list[Any]]], None] = lambda cols: None
+    errors: dict[str, int] = field(default_factory=lambda: {"metrics": 0, "steps": 0})
+    scrapes: dict[str, int] = field(default_factory=lambda: {"metrics": 0, "steps": 0})
+    t0_ns: int = 0
+    _last_step: int = -1
+
+    async def run(self) -> None:
+        while True:
+            await self.scrape_once()
+            await asyncio.sleep(self.interval_s)
+
+    async def scrape_once(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s * 2))
+        if self.metrics_url:
+            try:
+                async with self.session.get(self.metrics_url, headers=self.headers, timeout=timeout) as r:
+                    if r.status == 200:
+                        text = await r.text(errors="replace")
+                        t = time.monotonic_ns() - self.t0_ns
+                        rows = parse_prometheus(text)
+                        self.on_metrics({
+                            "t_ns": [t] * len(rows), "source": ["metrics"] * len(rows),
+                            "name": [r_[0] for r_ in rows], "labels": [r_[1] for r_ in rows],
+                            "value": [r_[2] for r_ in rows]})
+                        self.scrapes["metrics"] += 1
+                    else:
+                        self.errors["metrics"] += 1
+            except (TimeoutError, aiohttp.ClientError):
+                self.errors["metrics"] += 1
+        if self.steps_url:
+            await self._scrape_steps(timeout)
+
+    async def _scrape_steps(self, timeout: aiohttp.ClientTimeout) -> None:
+        try:
+            url = f"{self.steps_url}?after={self._last_step}"
+            async with self.session.get(url, headers=self.headers, timeout=timeout) as r:
+                if r.status != 200:
+                    self.errors["steps"] += 1
+                    return
+                data = await r.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            self.errors["steps"] += 1
+            return
+        steps = data.get("steps", []) if isinstance(data, dict) else data
+        if not isinstance(steps, list):
+            self.errors["steps"] += 1
+            return
+        self.scrapes["steps"] += 1
+        steps = [s for s in steps if isinstance(s, dict) and s.get("step_id", -1) > self._last_step]
+        if not steps:
+            return
+        self._last_step = max(int(s["step_id"]) for s in steps)
+        cols: dict[str, list[Any]] = {k: [s.get(k) for s in steps] for k in STEP_FIELDS}
+        cols["start_s"] = cols.pop("start")
+        cols["end_s"] = cols.pop("end")
+        cols["fault"] = [None if f is None else str(f) for f in cols["fault"]]
+        self.on_steps(cols)

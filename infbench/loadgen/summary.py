@@ -1,0 +1,209 @@
+"""The summary of a run, computed from the store (so `show` and `report` agree with `run`).
+
+Key names follow vLLM's benchmark result JSON where the meaning is the same (`completed`,
+`request_throughput`, `mean_ttft_ms`, `p99_itl_ms`, `p99.9_e2el_ms`, ...). Latencies are in
+ms over requests of the `measure` phase that finished without error; `*_intended_*` keys
+measure from the intended send time (the arrival schedule) instead of the actual one.
+Goodput counts a request only when every SLO holds for it, with TTFT and e2e measured from
+the intended send, so a client that fell behind cannot flatter the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+# Thresholds for calling a run client-bound (documented in the summary it produces).
+CPU_BOUND_PERCENT = 90.0
+LOOP_LAG_MEDIAN_MS = 10.0
+LOOP_LAG_MAX_MS = 250.0
+SCHEDULE_LAG_P99_MS = 10.0
+COALESCED_WARN_FRACTION = 0.01
+
+
+def _pkey(p: float) -> str:
+    return str(int(p)) if float(p).is_integer() else str(p)
+
+
+_OK = "phase = 'measure' AND error_class IS NULL"
+
+
+def _stats(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], name: str) -> dict[str, float | None]:
+    qs = [p / 100 for p in PERCENTILES]
+    row = con.execute(
+        f"SELECT avg(x), median(x), stddev_pop(x), quantile_cont(x, {qs}), count(x), max(x) "
+        f"FROM ({sql}) WHERE x IS NOT NULL",
+        params,
+    ).fetchone()
+    assert row is not None
+    out: dict[str, float | None] = {
+        f"mean_{name}_ms": row[0], f"median_{name}_ms": row[1], f"std_{name}_ms": row[2],
+    }
+    for p, v in zip(PERCENTILES, row[3] or [None] * len(PERCENTILES), strict=True):
+        out[f"p{_pkey(p)}_{name}_ms"] = v
+    out[f"max_{name}_ms"] = row[5]
+    return out
+
+
+def summarize(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    slo: dict[str, float] | None = None,
+    open_loop_uncapped: bool = False,
+) -> dict[str, Any]:
+    slo = slo or {}
+    q = con.execute
+    r = q(
+        f"""SELECT count(*) FILTER (WHERE phase = 'measure'),
+               count(*) FILTER (WHERE {_OK}),
+               count(*) FILTER (WHERE phase = 'measure' AND error_class IS NOT NULL),
+               count(*),
+               (max(end_ns) FILTER (WHERE phase = 'measure') - min(send_ns) FILTER (WHERE phase = 'measure')) / 1e9,
+               sum(coalesce(prompt_tokens, target_input_tokens)) FILTER (WHERE {_OK}),
+               sum(output_tokens) FILTER (WHERE {_OK}),
+               count(*) FILTER (WHERE {_OK} AND output_tokens_source = 'usage'),
+               count(*) FILTER (WHERE {_OK} AND prompt_tokens IS NULL),
+               sum(coalesced_chunks) FILTER (WHERE {_OK}),
+               sum(num_content_chunks) FILTER (WHERE {_OK})
+           FROM requests WHERE run_id = ?""",
+        [run_id],
+    ).fetchone()
+    assert r is not None
+    measured, completed, failed, total_sent, duration = r[0], r[1], r[2], r[3], r[4] or 0.0
+    in_tok, out_tok = int(r[5] or 0), int(r[6] or 0)
+    duration = max(duration, 1e-9)
+    s: dict[str, Any] = {
+        "run_id": run_id,
+        "duration": duration,
+        "num_prompts": measured,
+        "completed": completed,
+        "failed": failed,
+        "requests_sent": total_sent,
+        "excluded_warmup_cooldown": total_sent - measured,
+        "total_input_tokens": in_tok,
+        "total_output_tokens": out_tok,
+        "request_throughput": completed / duration,
+        "input_throughput": in_tok / duration,
+        "output_throughput": out_tok / duration,
+        "total_token_throughput": (in_tok + out_tok) / duration,
+        "output_tokens_source": {"usage": r[7], "counted": completed - r[7]},
+        "input_tokens_estimated": r[8],
+    }
+    base = f"SELECT {{col}} AS x FROM request_latency WHERE run_id = ? AND {_OK}"
+    for name, col in (("ttft", "ttft_ms"), ("ttft_intended", "ttft_intended_ms"), ("tpot", "tpot_ms"),
+                      ("e2el", "e2e_ms"), ("e2el_intended", "e2e_intended_ms")):
+        s.update(_stats(con, base.format(col=col), [run_id], name))
+    itl_sql = (
+        "SELECT i.itl_ms AS x FROM itl i JOIN requests r USING (run_id, request_idx) "
+        f"WHERE i.run_id = ? AND r.{_OK.replace(' AND ', ' AND r.')}"
+    )
+    s.update(_stats(con, itl_sql, [run_id], "itl"))
+    coalesced, content = int(r[9] or 0), int(r[10] or 0)
+    s["coalesced_chunks"] = coalesced
+    s["coalesced_fraction"] = coalesced / content if content else 0.0
+
+    errs = q(
+        "SELECT error_class, count(*) FROM requests WHERE run_id = ? AND error_class IS NOT NULL "
+        "GROUP BY 1 ORDER BY 2 DESC",
+        [run_id],
+    ).fetchall()
+    s["errors"] = {k: v for k, v in errs}
+
+    if slo:
+        conds = []
+        if "ttft" in slo:
+            conds.append(f"ttft_intended_ms <= {slo['ttft']}")
+        if "tpot" in slo:
+            conds.append(f"coalesce(tpot_ms, 0) <= {slo['tpot']}")
+        if "e2el" in slo:
+            conds.append(f"e2e_intended_ms <= {slo['e2el']}")
+        good = q(
+            f"SELECT count(*) FROM request_latency WHERE run_id = ? AND {_OK} AND {' AND '.join(conds)}",
+            [run_id],
+        ).fetchone()
+        n_good = int(good[0]) if good else 0
+        s["slo_ms"] = slo
+        s["good_requests"] = n_good
+        s["request_goodput"] = n_good / duration
+        s["goodput_fraction"] = n_good / measured if measured else 0.0
+
+    s["by_label"] = _by_label(con, run_id)
+    s["client_health"] = _client_health(con, run_id, open_loop_uncapped)
+    s["client_bound"] = bool(s["client_health"]["client_bound_reasons"])
+    warnings = list(s["client_health"]["client_bound_reasons"])
+    if s["coalesced_fraction"] > COALESCED_WARN_FRACTION:
+        warnings.append(
+            f"{s['coalesced_fraction']:.1%} of content chunks arrived in the same socket read as the "
+            "previous one: their 0 ms ITL is read batching, not server behaviour"
+        )
+    s["warnings"] = warnings
+    return s
+
+
+def _by_label(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, Any]]:
+    rows = con.execute(
+        """SELECT label, count(*), count(*) FILTER (WHERE error_class IS NULL),
+               quantile_cont(ttft_ms, 0.5) FILTER (WHERE error_class IS NULL),
+               quantile_cont(ttft_ms, 0.99) FILTER (WHERE error_class IS NULL),
+               quantile_cont(tpot_ms, 0.5) FILTER (WHERE error_class IS NULL),
+               quantile_cont(tpot_ms, 0.99) FILTER (WHERE error_class IS NULL),
+               quantile_cont(e2e_ms, 0.99) FILTER (WHERE error_class IS NULL),
+               sum(output_tokens) FILTER (WHERE error_class IS NULL)
+           FROM request_latency WHERE run_id = ? AND phase = 'measure' GROUP BY label ORDER BY label""",
+        [run_id],
+    ).fetchall()
+    return {
+        str(r[0]): {
+            "requests": r[1], "completed": r[2], "median_ttft_ms": r[3], "p99_ttft_ms": r[4],
+            "median_tpot_ms": r[5], "p99_tpot_ms": r[6], "p99_e2el_ms": r[7],
+            "total_output_tokens": int(r[8] or 0),
+        }
+        for r in rows
+    }
+
+
+def _client_health(con: duckdb.DuckDBPyConnection, run_id: str, open_loop_uncapped: bool) -> dict[str, Any]:
+    sched = con.execute(
+        "SELECT quantile_cont(schedule_lag_ms, 0.5), quantile_cont(schedule_lag_ms, 0.99), max(schedule_lag_ms) "
+        "FROM request_latency WHERE run_id = ? AND phase = 'measure' AND schedule_lag_ms IS NOT NULL",
+        [run_id],
+    ).fetchone()
+    health = con.execute(
+        "SELECT median(loop_lag_ms), quantile_cont(loop_lag_ms, 0.99), max(loop_lag_ms), "
+        "avg(cpu_percent), max(cpu_percent), max(rss_bytes), count(*) FROM client_samples WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    assert sched is not None and health is not None
+    h: dict[str, Any] = {
+        "median_schedule_lag_ms": sched[0], "p99_schedule_lag_ms": sched[1], "max_schedule_lag_ms": sched[2],
+        "median_loop_lag_ms": health[0], "p99_loop_lag_ms": health[1], "max_loop_lag_ms": health[2],
+        "mean_cpu_percent": health[3], "max_cpu_percent": health[4], "peak_rss_bytes": health[5],
+        "samples": health[6],
+    }
+    reasons = []
+    if health[3] is not None and health[3] >= CPU_BOUND_PERCENT:
+        reasons.append(f"client CPU averaged {health[3]:.0f}% of a core (>= {CPU_BOUND_PERCENT:.0f}%)")
+    if health[0] is not None and health[0] > LOOP_LAG_MEDIAN_MS:
+        reasons.append(f"event loop typically {health[0]:.1f} ms late (> {LOOP_LAG_MEDIAN_MS:.0f} ms)")
+    elif health[2] is not None and health[2] > LOOP_LAG_MAX_MS:
+        reasons.append(f"event loop stalled {health[2]:.0f} ms at worst (> {LOOP_LAG_MAX_MS:.0f} ms)")
+    if open_loop_uncapped and sched[1] is not None and sched[1] > SCHEDULE_LAG_P99_MS:
+        reasons.append(f"p99 schedule lag {sched[1]:.1f} ms (> {SCHEDULE_LAG_P99_MS:.0f} ms): "
+                       "requests left later than the arrival schedule asked")
+    h["client_bound_reasons"] = reasons
+    h["thresholds"] = {"cpu_percent": CPU_BOUND_PERCENT, "median_loop_lag_ms": LOOP_LAG_MEDIAN_MS,
+                       "max_loop_lag_ms": LOOP_LAG_MAX_MS, "p99_schedule_lag_ms": SCHEDULE_LAG_P99_MS}
+    return h
+
+
+def mark_cooldown(con: duckdb.DuckDBPyConnection, run_id: str, last_send_ns: int, cooldown_s: float) -> None:
+    """Requests sent in the last `cooldown_s` before sending stopped leave the summary."""
+    if cooldown_s <= 0:
+        return
+    con.execute(
+        "UPDATE requests SET phase = 'cooldown' WHERE run_id = ? AND phase = 'measure' AND send_ns > ?",
+        [run_id, last_send_ns - int(cooldown_s * 1e9)],
+    )
