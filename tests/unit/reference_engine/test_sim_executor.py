@@ -1,0 +1,96 @@
+"""Sim executor: pool size from the memory plan, step time from the roofline, synthetic
+tokens that are valid, deterministic and seedable."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from infbench.specs import get_gpu, get_model
+from infbench.specs.memory import plan_memory
+from infbench.specs.roofline import step_time
+from reference_engine.config import ConfigError, EngineConfig
+from reference_engine.engine import Engine
+from reference_engine.executor import SeqWork, StepBatch
+from reference_engine.request import SamplingParams
+from reference_engine.sim_executor import EOS_ID, SimExecutor
+
+
+def work(seq_id: int, tokens: int, start: int, outputs: int, sample: bool = True,
+         params: SamplingParams | None = None) -> SeqWork:
+    return SeqWork(seq_id, [65] * tokens, start, [], sample, params or SamplingParams(), outputs)
+
+
+def test_pool_size_comes_from_the_memory_plan() -> None:
+    cfg = EngineConfig(gpu="H100-SXM", model="meta-llama/Llama-3.1-8B", max_model_len=8192)
+    plan = plan_memory(get_model(cfg.model), get_gpu(cfg.gpu), tp=1, gpu_memory_utilization=0.9,
+                       max_model_len=8192, block_size=16, max_num_batched_tokens=cfg.token_budget,
+                       max_num_seqs=cfg.max_num_seqs)
+    ex = SimExecutor(cfg)
+    assert ex.num_blocks == plan.num_blocks > 0
+    report = ex.memory_report()
+    assert report["weights"] == int(plan.weights_bytes)
+    assert report["kv_pool"] == int(plan.num_blocks * plan.bytes_per_block)
+    assert SimExecutor(cfg.replace(num_gpu_blocks=123)).num_blocks == 123
+
+
+def test_a_model_that_does_not_fit_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError, match="max_model_len"):
+        SimExecutor(EngineConfig(model="meta-llama/Llama-3.1-70B", gpu="H100-SXM"))
+
+
+def test_step_time_is_the_roofline_of_the_batch_plus_overhead() -> None:
+    ex = SimExecutor(EngineConfig(num_gpu_blocks=100, step_overhead_ms=0.7))
+    batch = StepBatch(1, [work(0, 1, 99, 5), work(1, 1, 10, 2), work(2, 64, 128, 0, sample=False)])
+    expected = step_time(ex.model, ex.gpu, tp=1, prefill_chunks=[(64, 128)],
+                         decode_contexts=[100, 11]).seconds
+    assert ex.predict(batch) == pytest.approx(expected + 0.0007)
+
+
+def test_execute_waits_until_the_deadline_from_the_step_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = SimExecutor(EngineConfig(num_gpu_blocks=100))
+    batch = StepBatch(1, [work(i, 1, 300, 1) for i in range(16)], start_time=time.monotonic())
+    ex.execute(batch)
+    assert time.monotonic() >= batch.start_time + ex.predict(batch)
+    # A step whose bookkeeping already used up its predicted time does not sleep at all.
+    sleeps: list[float] = []
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    ex.execute(StepBatch(2, batch.seqs, start_time=time.monotonic() - 10.0))
+    assert sleeps == []
+
+
+def test_tokens_are_printable_deterministic_and_seedable() -> None:
+    a = SimExecutor(EngineConfig(num_gpu_blocks=100, step_overhead_ms=0.0))
+    b = SimExecutor(EngineConfig(num_gpu_blocks=100, step_overhead_ms=0.0))
+    sampled = SamplingParams(temperature=1.0)
+    seeded = SamplingParams(temperature=1.0, seed=11)
+    batch = StepBatch(1, [work(i, 1, 7 + i, 1, params=seeded if i % 2 else sampled)
+                          for i in range(40)])
+    out_a, out_b = a.execute(batch), b.execute(batch)
+    assert out_a == out_b
+    assert all(32 <= t <= 126 for t in out_a.values())
+    # The same seed and position give the same token whatever the sequence.
+    assert a._token(1, 11, 1.0, 50) == a._token(99, 11, 1.0, 50)
+    assert len({a._token(1, None, 1.0, p) for p in range(200)}) > 50  # not a constant stream
+    assert len(batch.seqs) == len(out_a)
+
+
+def test_eos_probability() -> None:
+    never = SimExecutor(EngineConfig(num_gpu_blocks=100))
+    always = SimExecutor(EngineConfig(num_gpu_blocks=100, sim_eos_probability=1.0))
+    assert all(never._token(1, None, 1.0, p) != EOS_ID for p in range(2000))
+    assert all(always._token(1, None, 1.0, p) == EOS_ID for p in range(20))
+
+
+def test_engine_on_sim_finishes_requests_by_max_tokens() -> None:
+    eng = Engine(EngineConfig(num_gpu_blocks=64, step_overhead_ms=0.0))
+    outs = []
+    eng.add_request("a", list(range(20)), SamplingParams(max_tokens=5), outs.append)
+    while eng.step() is not None:
+        eng.check_invariants()
+    assert len([t for o in outs for t in o.new_token_ids]) == 5
+    assert outs[-1].finish_reason == "length"
+    rec = eng.steps_since(0)
+    assert rec[0]["prefill_tokens"] == 20 and rec[-1]["decode_seqs"] == 1
