@@ -7,6 +7,8 @@ import json
 import random
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -339,3 +341,29 @@ def test_infbench_engine_serve_starts_the_same_server() -> None:
         assert eng.get_json("/v1/models")["data"][0]["id"] == MODEL
         status, _, body = completion(eng, prompt="via infbench", max_tokens=4)
         assert status == 200 and body["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.parametrize("flags", [("--block-size", "0"), ("--gpu", "no-such-gpu"),
+                                   ("--executor", "quantum")])
+def test_bad_flags_exit_2_with_one_line(flags: tuple[str, ...]) -> None:
+    result = subprocess.run([sys.executable, "-m", "reference_engine", "--port", "0", *flags],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_torch_executor_stream_matches_whole_output() -> None:
+    pytest.importorskip("torch")
+    with running_engine("--executor", "torch", "--model", "tiny-llama",
+                        "--max-model-len", "512") as eng:
+        body = {"model": "tiny-llama", "prompt": "héllo €", "max_tokens": 48,
+                "temperature": 0, "ignore_eos": True}
+        _, _, whole = eng.post_json("/v1/completions", body)
+        status, _, raw = eng.request("POST", "/v1/completions", {**body, "stream": True})
+        assert status == 200
+        events = sse_events(raw)
+        streamed = "".join(e["choices"][0]["text"] for e in events[:-1])
+        # Random weights emit arbitrary bytes: the stream must still rebuild the same text.
+        assert streamed == whole["choices"][0]["text"]
+        assert whole["usage"]["prompt_tokens"] == len("héllo €".encode()) + 1
