@@ -1,4 +1,4 @@
-"""Start the reference engine as a real subprocess on a free loopback port.
+"""Start the reference engine as a real subprocess on a free loopback port (test helper).
 
 `start_engine(...)` launches `python -m reference_engine --port 0 ...`, waits for the
 `INFO: serving on http://...` line and hands back the URL. Engines started here use the sim
@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = re.compile(r"^INFO: serving on (http://\S+)$")
@@ -149,9 +147,3 @@ def running_engine(*flags: str, argv0: tuple[str, ...] = (sys.executable, "-m",
         yield engine
     finally:
         stop(engine)
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[EngineProcess]:
-    with running_engine() as e:
-        yield e

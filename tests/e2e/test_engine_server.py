@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ABORTED, MODEL, EngineProcess, metric_key, running_engine
+from tests.e2e.engine_process import ABORTED, MODEL, EngineProcess, metric_key, running_engine
 
 pytestmark = pytest.mark.e2e
 

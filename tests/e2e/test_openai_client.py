@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.conftest import MODEL, EngineProcess, running_engine
+from tests.e2e.engine_process import MODEL, EngineProcess, running_engine
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.e2e
