@@ -189,13 +189,17 @@ class TinyLlama:
             v_flat[plan.slots] = v
             out = torch.empty_like(q)
             if plan.decode_rows is not None:
-                keys, values = k_flat[plan.decode_key_slots], v_flat[plan.decode_key_slots]
+                # One query per head: fold each kv head's query group into the "query
+                # length" axis, so the keys are read once per kv head, never copied per head.
+                c = self.config
+                group = c.num_heads // c.num_kv_heads
+                q_dec = q[plan.decode_rows].view(-1, c.num_kv_heads, group, c.head_dim)
                 o = F.scaled_dot_product_attention(
-                    q[plan.decode_rows][:, :, None, :],                  # [B, H, 1, D]
-                    self._expand_kv(keys, dim=2).transpose(1, 2),       # [B, H, L, D]
-                    self._expand_kv(values, dim=2).transpose(1, 2),
-                    attn_mask=plan.decode_key_mask)
-                out[plan.decode_rows] = o[:, :, 0, :]
+                    q_dec,                                                   # [B, KV, G, D]
+                    k_flat[plan.decode_key_slots].transpose(1, 2),          # [B, KV, L, D]
+                    v_flat[plan.decode_key_slots].transpose(1, 2),
+                    attn_mask=plan.decode_key_mask)                         # [B, 1, 1, L]
+                out[plan.decode_rows] = o.reshape(-1, c.num_heads, c.head_dim)
             for first, end, key_slots, mask in plan.prefills:
                 o = F.scaled_dot_product_attention(
                     q[first:end].transpose(0, 1)[None],
@@ -207,9 +211,9 @@ class TinyLlama:
 
         return self.hidden_states(token_ids, positions, attend)
 
-    def _expand_kv(self, t: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    def _expand_kv(self, t: torch.Tensor) -> torch.Tensor:
         # GQA: query head h reads kv head h // (heads / kv_heads).
-        return t.repeat_interleave(self.config.num_heads // self.config.num_kv_heads, dim=dim)
+        return t.repeat_interleave(self.config.num_heads // self.config.num_kv_heads, dim=1)
 
 
 class PagedKVCache:

@@ -186,3 +186,42 @@ def test_built_from_engine_config_it_satisfies_the_executor_protocol() -> None:
     assert executor.eos_token_id == EOS_ID
     with pytest.raises(ValueError, match="model: the torch executor"):
         TorchExecutor.from_config(config.replace(model="meta-llama/Llama-3.1-8B"))
+
+
+def test_engine_output_with_prefix_hits_and_preemption_matches_full_recompute() -> None:
+    # The real scheduler and block pool: a small token budget forces chunked prefill mixed
+    # with decodes, a shared prefix makes later prompts read K/V that another sequence
+    # wrote, and a pool too small for everyone forces preemption by recompute.
+    from reference_engine.engine import Engine
+    from reference_engine.request import RequestOutput
+
+    config = EngineConfig(executor="torch", model="tiny-llama", device="cpu", block_size=4,
+                          num_gpu_blocks=24, max_num_seqs=6, max_num_batched_tokens=12,
+                          max_model_len=64, enable_prefix_caching=True)
+    engine = Engine(config)
+    rng = random.Random(5)
+    prefix = [rng.randrange(256) for _ in range(17)]
+    prompts = {f"r{i}": prefix + [rng.randrange(256) for _ in range(rng.randint(1, 9))]
+               for i in range(6)}
+    outputs: dict[str, list[int]] = {rid: [] for rid in prompts}
+    finished: set[str] = set()
+
+    def collect(out: RequestOutput) -> None:
+        outputs[out.request_id] += out.new_token_ids
+        if out.finished:
+            finished.add(out.request_id)
+
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    for rid, prompt in prompts.items():
+        engine.add_request(rid, prompt, params, collect)
+    for _ in range(2000):
+        if len(finished) == len(prompts):
+            break
+        engine.step()
+        engine.check_invariants()
+    stats = engine.stats()
+    assert stats.prefix_cache_hits > 0 and stats.num_preemptions > 0
+    executor = engine.executor
+    assert isinstance(executor, TorchExecutor)
+    for rid, prompt in prompts.items():
+        assert outputs[rid] == full_recompute_greedy(executor, prompt, 20), rid

@@ -1,0 +1,185 @@
+"""Continuous batching vs one request at a time, on the torch executor, through the Engine.
+
+Both modes run the same requests (same prompts, greedy, same output length, EOS ignored)
+through the real engine loop (scheduler, block pool, torch executor):
+
+* batched: every request submitted at once; the scheduler decodes them together, one
+  forward pass per step for all running sequences;
+* sequential: the next request is submitted only when the previous one finished, so
+  every step carries one sequence.
+
+The generated tokens must be identical in both modes (greedy output does not depend on
+batch composition); the benchmark fails loudly if they are not. Results go to
+benchmarks/results/torch_batching.md with the machine description.
+
+    python benchmarks/bench_torch_batching.py [--requests 32 --prompt-len 32 --output-len 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# Run as a script from anywhere: import the checkout this file belongs to, not whatever
+# copy of the packages happens to be installed.
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reference_engine.config import EngineConfig  # noqa: E402
+from reference_engine.engine import Engine  # noqa: E402
+from reference_engine.request import RequestOutput, SamplingParams  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "torch_batching.md"
+MODE_TIMEOUT_S = 600.0  # each mode is bounded; a stuck engine fails the run instead of hanging
+
+
+@dataclass
+class ModeResult:
+    name: str
+    wall_s: float
+    output_tokens: int
+    steps: int
+    mean_decode_batch: float
+    median_step_ms: float
+    outputs: dict[str, list[int]]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.wall_s
+
+
+def make_prompts(n: int, length: int, seed: int) -> dict[str, list[int]]:
+    rng = random.Random(seed)
+    return {f"req-{i}": [rng.randrange(32, 127) for _ in range(length)] for i in range(n)}
+
+
+def run_mode(name: str, config: EngineConfig, prompts: dict[str, list[int]],
+             output_len: int, one_at_a_time: bool) -> ModeResult:
+    engine = Engine(config)
+    outputs: dict[str, list[int]] = {rid: [] for rid in prompts}
+    done: dict[str, threading.Event] = {rid: threading.Event() for rid in prompts}
+    params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
+
+    def on_output(out: RequestOutput) -> None:
+        outputs[out.request_id] += out.new_token_ids
+        if out.finished:
+            done[out.request_id].set()
+
+    # Warm-up request (not measured): first-call costs of torch kernels and allocations.
+    warm = threading.Event()
+    engine.start()
+    try:
+        engine.add_request("warmup", next(iter(prompts.values())), params,
+                           lambda o: warm.set() if o.finished else None)
+        if not warm.wait(MODE_TIMEOUT_S):
+            raise RuntimeError(f"{name}: warm-up did not finish")
+        first_step = engine.stats().num_steps
+        deadline = time.monotonic() + MODE_TIMEOUT_S
+        t0 = time.perf_counter()
+        for rid, prompt in prompts.items():
+            engine.add_request(rid, prompt, params, on_output)
+            if one_at_a_time and not done[rid].wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"{name}: {rid} did not finish within {MODE_TIMEOUT_S} s")
+        for rid, event in done.items():
+            if not event.wait(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"{name}: {rid} did not finish within {MODE_TIMEOUT_S} s")
+        wall = time.perf_counter() - t0
+        steps = engine.steps_since(first_step)
+    finally:
+        engine.stop()
+    decode_batches = [s["decode_seqs"] for s in steps if s["decode_seqs"]]
+    return ModeResult(
+        name=name, wall_s=wall, output_tokens=sum(len(v) for v in outputs.values()),
+        steps=len(steps),
+        mean_decode_batch=statistics.fmean(decode_batches) if decode_batches else 0.0,
+        median_step_ms=1000 * statistics.median(s["end"] - s["start"] for s in steps),
+        outputs=outputs)
+
+
+def machine_description(device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    desc = (f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} "
+            f"({torch.get_num_threads()} intra-op threads), Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}")
+    if device.startswith("cuda"):
+        desc += f"; GPU: {torch.cuda.get_device_name(0)}"
+    return desc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--model", default="tiny-llama")
+    ap.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    for field in ("requests", "prompt_len", "output_len"):
+        if getattr(args, field) <= 0:
+            ap.error(f"--{field.replace('_', '-')} must be positive")
+
+    config = EngineConfig(
+        executor="torch", model=args.model, device=args.device, block_size=16,
+        num_gpu_blocks=args.requests * (-(-(args.prompt_len + args.output_len) // 16)) + 64,
+        max_num_seqs=args.requests, max_model_len=args.prompt_len + args.output_len,
+        max_num_batched_tokens=max(2048, args.requests), enable_prefix_caching=False,
+        seed=args.seed)
+    prompts = make_prompts(args.requests, args.prompt_len, args.seed)
+    sequential = run_mode("one request at a time", config, prompts, args.output_len, True)
+    batched = run_mode("continuous batching", config, prompts, args.output_len, False)
+    if batched.outputs != sequential.outputs:
+        print("FAIL: greedy outputs differ between batched and sequential runs", file=sys.stderr)
+        return 1
+
+    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    ratio = batched.tokens_per_s / sequential.tokens_per_s
+    rows = "\n".join(
+        f"| {r.name} | {r.output_tokens} | {r.wall_s:.2f} | {r.tokens_per_s:,.0f} | {r.steps} "
+        f"| {r.mean_decode_batch:.1f} | {r.median_step_ms:.2f} |"
+        for r in (sequential, batched))
+    report = f"""# Torch executor: continuous batching vs one request at a time
+
+Command: `python benchmarks/bench_torch_batching.py --requests {args.requests} --prompt-len \
+{args.prompt_len} --output-len {args.output_len} --model {args.model} --device {args.device}`
+
+Machine: {machine_description(device)}
+Device: {device}; model `{args.model}` (random weights, seed {args.seed}); greedy, EOS ignored,
+prefix caching off, block size 16. Driven through the Engine (scheduler + block pool + torch
+executor); one warm-up request per mode is excluded from timing.
+
+| mode | output tokens | wall s | tokens/s | steps | mean decode batch | median step ms |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: |
+{rows}
+
+**Continuous batching / one at a time: {ratio:.1f}x tokens/s.** Generated tokens are
+identical in both modes (checked by the benchmark).
+
+Why: a step's cost is dominated by reading the weights and per-step host overhead, which a
+batch of {args.requests} pays once instead of {args.requests} times; the per-sequence work
+(attention over its own context) is small for this tiny model.
+"""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
