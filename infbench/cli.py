@@ -6,6 +6,8 @@ import typer
 
 from infbench import __version__
 from infbench.commands import engine, plan
+from infbench.commands import results as results_cmd
+from infbench.commands import run as run_cmd
 
 app = typer.Typer(
     help="Benchmark and diagnose LLM inference endpoints.",
@@ -13,6 +15,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(engine.app, name="engine")
+app.command("run")(run_cmd.run)
+results_cmd.register(app)
 app.add_typer(plan.app, name="plan")
 
 

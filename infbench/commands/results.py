@@ -1,0 +1,122 @@
+"""`infbench runs | show | export | report`: read recorded runs back from the store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infbench.report.export import EXPORT_FORMATS, export_run
+from infbench.report.html import write_html_report
+from infbench.report.terminal import print_summary
+from infbench.store import StoreError, get_run, list_runs, open_store
+
+DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(2)
+
+
+def runs(db: Path = DB_OPTION, limit: int = typer.Option(50, help="Most recent N runs."),
+         json_out: bool = typer.Option(False, "--json", help="JSON on stdout.")) -> None:
+    """List the runs in a store, newest first."""
+    try:
+        con = open_store(db, read_only=True)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        rows = list_runs(con, limit)
+        counts = dict(con.execute("SELECT run_id, count(*) FROM requests GROUP BY 1").fetchall())
+    finally:
+        con.close()
+    if json_out:
+        sys.stdout.write(json.dumps([{
+            "run_id": r.run_id, "created_at": r.created_at.isoformat(), "status": r.status,
+            "status_reason": r.status_reason, "model": r.model, "target_url": r.target_url,
+            "endpoint": r.endpoint, "requests": counts.get(r.run_id, 0), "client_bound": r.client_bound,
+            "workload": r.config.get("workload", {}).get("workload")} for r in rows], indent=2) + "\n")
+        return
+    t = Table(title=f"runs in {db}")
+    for c in ("run", "created (UTC)", "status", "model", "workload", "requests", "req/s", "p99 TTFT ms", "note"):
+        t.add_column(c)
+    for r in rows:
+        s = r.summary or {}
+        note = "CLIENT-BOUND" if r.client_bound else (r.status_reason or "")
+        t.add_row(r.run_id, r.created_at.strftime("%Y-%m-%d %H:%M:%S"), r.status, r.model or "",
+                  str(r.config.get("workload", {}).get("workload", "")), str(counts.get(r.run_id, 0)),
+                  f"{s['request_throughput']:.2f}" if "request_throughput" in s else "-",
+                  f"{s['p99_ttft_ms']:.1f}" if s.get("p99_ttft_ms") is not None else "-", note)
+    Console().print(t)
+
+
+def show(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."), db: Path = DB_OPTION,
+         json_out: bool = typer.Option(False, "--json", help="Summary and config as JSON on stdout.")) -> None:
+    """Show one run: its summary and configuration."""
+    try:
+        con = open_store(db, read_only=True)
+        try:
+            run = get_run(con, run_id)
+        finally:
+            con.close()
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    if json_out:
+        sys.stdout.write(json.dumps({"run_id": run.run_id, "status": run.status, "status_reason": run.status_reason,
+                                     "config": run.config, "summary": run.summary}, indent=2, default=str) + "\n")
+        return
+    console = Console()
+    if run.summary is None:
+        console.print(f"run {run.run_id}: {run.status} ({run.status_reason or 'no summary was written'})")
+        return
+    print_summary(console, run.summary, {"run_id": run.run_id, "status": run.status, "model": run.model,
+                                         "target_url": run.target_url})
+
+
+def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."), db: Path = DB_OPTION,
+           format: str = typer.Option("parquet", "--format", help=" | ".join(EXPORT_FORMATS)),
+           out: Path | None = typer.Option(None, help="Output directory (default ./infbench-export-RUN)."),
+           ) -> None:
+    """Export a run's tables (runs, requests, chunks, metric_samples, engine_steps, client_samples)."""
+    if format not in EXPORT_FORMATS:
+        raise _fail(f"format: {format!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    try:
+        con = open_store(db, read_only=True)
+        try:
+            run = get_run(con, run_id)
+            target = out or Path(f"infbench-export-{run.run_id}")
+            files = export_run(con, run.run_id, target, format)
+        finally:
+            con.close()
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    for f in files:
+        typer.echo(str(f))
+
+
+def report(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."), db: Path = DB_OPTION,
+           html: Path = typer.Option(..., "--html", help="Write a self-contained HTML report here."),
+           ) -> None:
+    """Write one self-contained HTML page with the run's plots (no network needed to view it)."""
+    try:
+        con = open_store(db, read_only=True)
+        try:
+            run = get_run(con, run_id)
+            write_html_report(con, run, html)
+        finally:
+            con.close()
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(str(html))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("runs")(runs)
+    app.command("show")(show)
+    app.command("export")(export)
+    app.command("report")(report)

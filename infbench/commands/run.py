@@ -1,0 +1,211 @@
+"""`infbench run`: load-test an OpenAI-compatible endpoint (the bundled engine by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from infbench import __version__
+from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
+from infbench.loadgen.arrivals import Arrivals
+from infbench.loadgen.bodies import ENDPOINTS
+from infbench.loadgen.execute import execute_run
+from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.local_engine import bundled_engine
+from infbench.loadgen.preflight import PreflightError, Target, preflight
+from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.slo import parse_slo
+from infbench.loadgen.workloads import (
+    WORKLOADS,
+    MultiTurn,
+    SharedPrefix,
+    ShareGPT,
+    Structured,
+    Synthetic,
+    Trace,
+    Workload,
+)
+from infbench.report.live import live_progress
+from infbench.report.terminal import print_summary
+from infbench.store import StoreError
+
+DEFAULT_DURATION_S = 30.0
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def build_workload(
+    kind: str, *, input_len: LengthDist, output_len: LengthDist, target: Target, prefix_groups: int,
+    prefix_tokens: int, turns: int, dataset: Path | None, trace: Path | None, time_scale: float,
+    trace_start: float, trace_end: float | None, output_forced: bool,
+) -> Workload:
+    tokens = target.tokens
+    if kind == "synthetic":
+        return Synthetic(input_len, output_len, tokens)
+    if kind == "prefix":
+        return SharedPrefix(prefix_groups, prefix_tokens, input_len, output_len, tokens)
+    if kind == "multiturn":
+        return MultiTurn(turns, input_len, output_len, tokens)
+    if kind == "structured":
+        return Structured(input_len, output_len, tokens)
+    if kind == "sharegpt":
+        if dataset is None:
+            raise ValueError("dataset: --workload sharegpt needs --dataset FILE.json")
+        if not dataset.is_file():
+            raise ValueError(f"dataset: {dataset} does not exist")
+        return ShareGPT(dataset, tokens, output_len if output_forced else None)
+    if kind == "trace":
+        if trace is None:
+            raise ValueError("trace: --workload trace needs --trace FILE (CSV or JSONL)")
+        if not trace.is_file():
+            raise ValueError(f"trace: {trace} does not exist")
+        return Trace(trace, tokens, time_scale, trace_start, trace_end)
+    raise ValueError(f"workload: {kind!r} is not one of {', '.join(WORKLOADS)}")
+
+
+@contextlib.contextmanager
+def _target_url(url: str | None, engine_args: list[str], console: Console) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    console.print("[dim]no --url: starting the bundled reference engine (sim executor)…[/]")
+    with bundled_engine(engine_args) as engine_url:
+        console.print(f"[dim]reference engine serving on {engine_url}[/]")
+        yield engine_url
+    console.print("[dim]reference engine stopped[/]")
+
+
+def run(
+    url: str | None = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: start the bundled engine."),
+    api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer key (never stored)."),
+    model: str | None = typer.Option(None, help="Model name; default: the first from /v1/models."),
+    endpoint: str = typer.Option("completions", help="completions | chat"),
+    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
+    workload: str = typer.Option("synthetic", help=" | ".join(WORKLOADS)),
+    input_tokens: str = typer.Option("uniform:256:1024", help="Input length: 512, uniform:A:B, normal:MEAN:STD, lognormal:MEDIAN:SIGMA (per turn for multiturn, suffix for prefix)."),
+    output_tokens: str = typer.Option("uniform:64:256", help="Output length (max_tokens), same forms."),
+    prefix_groups: int = typer.Option(4, help="prefix: number of shared-prefix groups."),
+    prefix_tokens: int = typer.Option(512, help="prefix: tokens in each group's shared prefix."),
+    turns: int = typer.Option(3, help="multiturn: turns per conversation."),
+    dataset: Path | None = typer.Option(None, help="sharegpt: ShareGPT-format JSON file."),
+    trace: Path | None = typer.Option(None, help="trace: CSV or JSONL of arrivals with lengths (Azure, Mooncake, generic)."),
+    time_scale: float = typer.Option(1.0, help="trace: multiply inter-arrival gaps (0.5 = twice as fast)."),
+    trace_start: float = typer.Option(0.0, help="trace: skip rows before this many seconds into the trace."),
+    trace_end: float | None = typer.Option(None, help="trace: stop at this many seconds into the trace."),
+    arrival: str | None = typer.Option(None, help=" | ".join(ARRIVAL_KINDS) + " (default: poisson; trace for --workload trace)"),
+    rate: float = typer.Option(4.0, help="Open loop: requests (sessions) per second."),
+    burstiness: float = typer.Option(1.0, help="gamma: shape; 1 = Poisson, < 1 burstier."),
+    concurrency: int | None = typer.Option(None, help="Closed loop: slots (default 8). Open loop: cap on in-flight (default none)."),
+    duration: float | None = typer.Option(None, help=f"Stop sending after this many seconds (default {DEFAULT_DURATION_S:.0f} unless --num-requests)."),
+    num_requests: int | None = typer.Option(None, help="Stop after this many requests."),
+    warmup: float = typer.Option(0.0, help="Seconds at the start excluded from the summary (kept in the store)."),
+    cooldown: float = typer.Option(0.0, help="Seconds before sending stopped excluded from the summary."),
+    timeout: float = typer.Option(300.0, help="Per-request timeout (s)."),
+    seed: int = typer.Option(0, help="Seed for lengths, prompts and arrivals."),
+    temperature: float = typer.Option(0.0, help="Sampling temperature sent with each request."),
+    ignore_eos: bool = typer.Option(True, help="Ask the server to ignore EOS (when it supports it)."),
+    slo: str | None = typer.Option(None, help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2el=5s."),
+    metrics_url: str | None = typer.Option(None, help="Prometheus endpoint to scrape (default: URL/metrics if present)."),
+    scrape_interval: float = typer.Option(1.0, help="Seconds between /metrics and step-log scrapes."),
+    engine_arg: list[str] = typer.Option([], help="Extra argument for the bundled engine (repeatable)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (vLLM bench key names) on stdout."),
+    quiet: bool = typer.Option(False, help="No live progress."),
+) -> None:
+    """Load-test a target and record every request and chunk in the store."""
+    console = Console(stderr=True)
+    try:
+        if endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint: {endpoint!r} is not one of {', '.join(ENDPOINTS)}")
+        in_len = LengthDist.parse(input_tokens, "input_tokens")
+        out_len = LengthDist.parse(output_tokens, "output_tokens")
+        slo_ms = parse_slo(slo)
+        kind = arrival or ("trace" if workload == "trace" else "poisson")
+        if kind == "trace" and workload != "trace":
+            raise ValueError("arrival: trace timestamps need --workload trace")
+        conc = concurrency if concurrency is not None else (8 if kind == "closed" else 0)
+        arrivals = Arrivals(kind, rate=rate, burstiness=burstiness, concurrency=conc, time_scale=time_scale)
+        arrivals.validate()
+        if duration is None and num_requests is None and kind != "trace":
+            duration = DEFAULT_DURATION_S
+        if db.exists() and db.is_dir():
+            raise ValueError(f"db: {db} is a directory")
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+    try:
+        with _target_url(url, engine_arg, console) as base:
+            try:
+                target = asyncio.run(preflight(base, endpoint, model, api_key, metrics_url))
+                wl = build_workload(
+                    workload, input_len=in_len, output_len=out_len, target=target,
+                    prefix_groups=prefix_groups, prefix_tokens=prefix_tokens, turns=turns,
+                    dataset=dataset, trace=trace, time_scale=time_scale, trace_start=trace_start,
+                    trace_end=trace_end, output_forced=output_tokens != "uniform:64:256")
+                settings = RunSettings(
+                    url=target.url, endpoint=endpoint, model=target.model, arrivals=arrivals,
+                    api_key=api_key, duration_s=duration, num_requests=num_requests, warmup_s=warmup,
+                    cooldown_s=cooldown, request_timeout_s=timeout, seed=seed,
+                    ignore_eos=ignore_eos and target.ignore_eos_supported, temperature=temperature,
+                    metrics_url=target.metrics_url, steps_url=target.steps_url,
+                    steps_after=target.steps_after, scrape_interval_s=scrape_interval)
+                settings.validate()
+            except (PreflightError, ValueError) as exc:
+                raise fail(str(exc)) from None
+            config = resolved_config(settings, wl, target, slo_ms, bundled=url is None, engine_args=engine_arg)
+            progress = None if (quiet or not console.is_terminal) else (
+                lambda st, s: live_progress(st, s, console))
+            result = execute_run(settings, wl, db, config, slo_ms, progress)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    except PreflightError as exc:
+        raise fail(str(exc)) from None
+
+    summary = result.summary
+    if json_out:
+        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+    else:
+        print_summary(Console(), summary, {"run_id": result.run_id, "status": result.outcome.status,
+                                           "model": settings.model, "target_url": settings.url})
+        Console().print(f"[dim]stored in {db} as run {result.run_id}[/]")
+    if result.signal_name is not None:
+        raise typer.Exit(130)
+    if summary["completed"] == 0:
+        raise typer.Exit(1)
+
+
+def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: dict[str, float], *,
+                    bundled: bool, engine_args: list[str]) -> dict[str, Any]:
+    """Everything that decided this run, for the runs table. The API key is left out on purpose."""
+    a = settings.arrivals
+    return {
+        "infbench_version": __version__,
+        "target": {"url": settings.url, "model": settings.model, "endpoint": settings.endpoint,
+                   "served_models": target.models, "bundled_engine": bundled,
+                   "engine_args": engine_args if bundled else None,
+                   "api_key_set": settings.api_key is not None,
+                   "metrics_url": settings.metrics_url, "steps_url": settings.steps_url},
+        "workload": wl.describe(),
+        "token_model": {"per_word": target.tokens.per_word, "overhead": target.tokens.overhead,
+                        "source": target.tokens.source},
+        "arrivals": {"kind": a.kind, "rate": a.rate, "burstiness": a.burstiness,
+                     "concurrency": a.concurrency, "time_scale": a.time_scale},
+        "stop": {"duration_s": settings.duration_s, "num_requests": settings.num_requests},
+        "warmup_s": settings.warmup_s, "cooldown_s": settings.cooldown_s,
+        "request_timeout_s": settings.request_timeout_s, "seed": settings.seed,
+        "sampling": {"temperature": settings.temperature, "ignore_eos": settings.ignore_eos,
+                     "ignore_eos_supported": target.ignore_eos_supported,
+                     "stream_options.include_usage": True},
+        "slo_ms": slo,
+        "scrape_interval_s": settings.scrape_interval_s,
+    }

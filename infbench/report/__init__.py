@@ -1,0 +1,1 @@
+"""Reports of a run: terminal summary, live progress, JSON, self-contained HTML."""

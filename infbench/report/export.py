@@ -1,0 +1,31 @@
+"""`infbench export`: a run's rows as Parquet or CSV files, one per table, streamed by DuckDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from infbench.store.schema import BULK_TABLES
+
+EXPORT_FORMATS = ("parquet", "csv")
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: str) -> list[Path]:
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format: {fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    opts = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT csv, HEADER true)"
+    files = []
+    for table in ("runs", *BULK_TABLES):
+        path = out_dir / f"{table}.{fmt}"
+        order = "" if table == "runs" else " ORDER BY 1, 2"
+        # COPY streams to the file without materialising the table in Python.
+        con.execute(f"COPY (SELECT * FROM {table} WHERE run_id = {_lit(run_id)}{order}) "
+                    f"TO {_lit(str(path))} {opts}")
+        files.append(path)
+    return files

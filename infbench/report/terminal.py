@@ -1,0 +1,86 @@
+"""The summary table printed at the end of a run (and by `infbench show`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def print_summary(console: Console, summary: dict[str, Any], header: dict[str, Any] | None = None) -> None:
+    s = summary
+    if header:
+        console.print(Text.assemble(("run ", "bold"), (str(header.get("run_id")), "bold cyan"),
+                                    f"  {header.get('status', s.get('status', ''))}",
+                                    f"  {header.get('model', '')} @ {header.get('target_url', '')}"))
+    status = s.get("status")
+    if status and status != "completed":
+        console.print(f"[bold yellow]run {status}[/]: {s.get('status_reason') or ''}")
+    if s.get("client_bound"):
+        console.print("[bold white on red] CLIENT-BOUND [/] the load generator, not the target, limited "
+                      "this run; latencies include client delay:")
+        for reason in s["client_health"]["client_bound_reasons"]:
+            console.print(f"  [red]• {reason}[/]")
+    overview = Table(title="Run", show_header=False, box=None, pad_edge=False)
+    overview.add_column(style="bold")
+    overview.add_column(justify="right")
+    rows = [
+        ("Duration (s)", f"{s['duration']:.2f}"),
+        ("Requests completed / failed", f"{s['completed']} / {s['failed']}"),
+        ("Excluded (warm-up, cool-down)", str(s["excluded_warmup_cooldown"])),
+        ("Request throughput (req/s)", f"{s['request_throughput']:.2f}"),
+        ("Input tokens/s", f"{s['input_throughput']:,.1f}"),
+        ("Output tokens/s", f"{s['output_throughput']:,.1f}"),
+        ("Output tokens from usage / counted",
+         f"{s['output_tokens_source']['usage']} / {s['output_tokens_source']['counted']}"),
+    ]
+    if "request_goodput" in s:
+        slo = ", ".join(f"{k}≤{v:g}ms" for k, v in s["slo_ms"].items())
+        rows.append((f"Goodput (req/s) [{slo}]", f"{s['request_goodput']:.2f} ({s['goodput_fraction']:.0%})"))
+    for k, v in rows:
+        overview.add_row(k, v)
+    console.print(overview)
+
+    lat = Table(title="Latency (ms)")
+    lat.add_column("metric", style="bold")
+    for col in ("mean", "p50", "p90", "p95", "p99", "p99.9", "max"):
+        lat.add_column(col, justify="right")
+    for name, label in (("ttft", "TTFT"), ("ttft_intended", "TTFT from intended"), ("itl", "ITL"),
+                        ("tpot", "TPOT"), ("e2el", "E2E"), ("e2el_intended", "E2E from intended")):
+        lat.add_row(label, *(_ms(s.get(f"{c}_{name}_ms")) for c in
+                             ("mean", "p50", "p90", "p95", "p99", "p99.9", "max")))
+    console.print(lat)
+
+    if len(s.get("by_label", {})) > 1:
+        bl = Table(title="By label")
+        for c in ("label", "requests", "completed", "p50 TTFT", "p99 TTFT", "p50 TPOT", "p99 TPOT", "p99 E2E"):
+            bl.add_column(c, justify="right" if c != "label" else "left")
+        for label, v in s["by_label"].items():
+            bl.add_row(label, str(v["requests"]), str(v["completed"]), _ms(v["median_ttft_ms"]),
+                       _ms(v["p99_ttft_ms"]), _ms(v["median_tpot_ms"]), _ms(v["p99_tpot_ms"]),
+                       _ms(v["p99_e2el_ms"]))
+        console.print(bl)
+
+    if s.get("errors"):
+        et = Table(title="Errors (all phases)")
+        et.add_column("class")
+        et.add_column("count", justify="right")
+        for k, v in s["errors"].items():
+            et.add_row(k, str(v))
+        console.print(et)
+
+    h = s["client_health"]
+    cpu = "-" if h["mean_cpu_percent"] is None else f"{h['mean_cpu_percent']:.0f}% mean, {h['max_cpu_percent']:.0f}% max"
+    console.print(
+        f"[bold]Client health[/]: schedule lag p99 {_ms(h['p99_schedule_lag_ms'])} ms, "
+        f"event-loop lag p99 {_ms(h['p99_loop_lag_ms'])} ms (max {_ms(h['max_loop_lag_ms'])}), CPU {cpu}"
+    )
+    for w in s.get("warnings", []):
+        if w not in h["client_bound_reasons"]:
+            console.print(f"[yellow]warning:[/] {w}")
