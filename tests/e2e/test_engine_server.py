@@ -325,12 +325,12 @@ def test_slow_reader_is_cancelled_without_stalling_other_streams() -> None:
         slow.join(15)
         assert aborted == 1, "the slow reader's request (only) was cancelled"
         assert status == 200 and sse_events(raw)[-1] == "[DONE]"
-        assert len(sse_events(raw)) == 300 + 1 or sse_events(raw)[-2]["choices"][0][
-            "finish_reason"] == "length"
+        assert sse_events(raw)[-2]["choices"][0]["finish_reason"] == "length"
         # Generous: the point is "not stalled", not a latency SLO.
         assert beside_slow < 3 * alone + 1.0, (alone, beside_slow)
         assert b"[DONE]" not in out["received"]
         assert eng.wait_idle()["vllm:kv_cache_usage_perc"] == 0
+        assert any("client is not reading" in line for line in eng.stderr_lines)
 
 
 def test_infbench_engine_serve_starts_the_same_server() -> None:
