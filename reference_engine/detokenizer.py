@@ -13,8 +13,9 @@ occurrence that *ends* first in the decoded text (on a tie, the longest one), be
 that is the moment a streaming engine can see it. Text from the stop on is dropped
 (or kept through the stop when ``include_stop_str_in_output``).
 
-Cost per push is O(new bytes + total stop length): only the held-back tail, which is
-shorter than the longest stop string, is searched again.
+Cost per push depends on the new bytes and the stop strings, never on the length of the
+output so far: only the held-back tail, shorter than the longest stop string, is searched
+again, and nothing already sent is decoded twice.
 """
 
 from __future__ import annotations

@@ -30,6 +30,11 @@ DEFAULT_CPU_KV_BYTES = 128 << 20
 # On CUDA, kept free beyond weights and KV for activations and the allocator's slack;
 # the tiny model's largest step needs far less.
 CUDA_ACTIVATION_RESERVE_BYTES = 512 << 20
+# Ceiling for a pool sized from a memory budget (not for an explicit num_blocks). The tiny
+# model's KV is a few KiB per block, so 90% of a large GPU would mean tens of millions of
+# blocks, each with bookkeeping in the Python block pool; 2**20 blocks is 16M tokens at
+# block size 16, more than any realistic load on this engine can occupy.
+MAX_BUDGETED_BLOCKS = 1 << 20
 CUDA_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -93,7 +98,7 @@ class TorchExecutor:
             if kv_cache_bytes is None:
                 kv_cache_bytes = (self._cuda_kv_budget(utilization) if self.device.type == "cuda"
                                   else DEFAULT_CPU_KV_BYTES)
-            num_blocks = kv_cache_bytes // per_block
+            num_blocks = min(kv_cache_bytes // per_block, MAX_BUDGETED_BLOCKS)
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive (one block is {per_block} bytes), "
                              f"got {num_blocks}")
