@@ -228,6 +228,10 @@ class KVCacheManager:
     def mark_computed(self, seq: Sequence, num_tokens: int) -> None:
         """Advance the sequence and register every block that just became full."""
         seq.num_computed_tokens += num_tokens
+        self.register_full_blocks(seq)
+
+    def register_full_blocks(self, seq: Sequence) -> None:
+        """Offer the sequence's computed, full, not yet offered blocks to the prefix cache."""
         if not self.pool.enable_caching:
             return
         bs = self.block_size

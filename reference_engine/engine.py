@@ -25,8 +25,14 @@ from reference_engine.block_pool import BlockPool
 from reference_engine.config import EngineConfig
 from reference_engine.executor import Executor
 from reference_engine.faults import Faults
-from reference_engine.request import OutputCallback, RequestOutput, SamplingParams, Sequence
-from reference_engine.scheduler import AdmissionError, Scheduler, SchedulerOutput, SeqUpdate
+from reference_engine.request import (
+    OutputCallback,
+    RequestOutput,
+    SamplingParams,
+    Sequence,
+    SequenceStatus,
+)
+from reference_engine.scheduler import AdmissionError, Scheduler, SchedulerOutput
 
 log = logging.getLogger("reference_engine.engine")
 __all__ = ["AdmissionError", "DuplicateRequestError", "Engine", "EngineStats", "build_executor"]
@@ -204,8 +210,7 @@ class Engine:
             end = time.monotonic()
         self._window_start = end
         t1 = time.monotonic()
-        updates = self.scheduler.update(out, sampled, end)
-        self._emit(updates, end)
+        self._emit(self.scheduler.update(out, sampled, end))
         host_s += time.monotonic() - t1
         return self._record(step_id, start, end, out, stall > 0, host_s)
 
@@ -221,7 +226,9 @@ class Engine:
             if self.scheduler.abort(seq):
                 self._finished += 1
                 self.faults.on_request_finished()
-                self._call(seq, self._output(seq, [], time.monotonic()))
+            # Also when it finished in the step that raced the abort: _emit sends nothing to
+            # an aborted sequence, so this is its one final output either way.
+            self._call(seq, self._abort_output(seq))
 
     def _record(self, step_id: int, start: float, end: float, out: SchedulerOutput,
                 stalled: bool, host_s: float) -> dict[str, Any]:
@@ -239,24 +246,25 @@ class Engine:
             self._steps.append(record)
         return record
 
-    def _emit(self, updates: list[SeqUpdate], now: float) -> None:
+    def _emit(self, produced: list[Sequence]) -> None:
         # Finished sequences leave the live map here (unless abort already took them, or
         # the id now names a newer request); outputs of aborted sequences are dropped.
         with self._lock:
-            for u in updates:
-                seq = u.seq
-                if u.finished:
+            for seq in produced:
+                finished = seq.status is SequenceStatus.FINISHED
+                if finished:
                     if self._live.get(seq.request_id) is seq:
                         del self._live[seq.request_id]
                     self._finished += 1
                     self.faults.on_request_finished()
-                if seq.aborted:
-                    continue
-                self._call(seq, self._output(seq, u.new_token_ids, now))
+                if not seq.aborted:
+                    self._call(seq, RequestOutput(
+                        seq.request_id, [seq.token_ids[-1]], finished, seq.finish_reason,
+                        seq.num_prompt_tokens, seq.num_cached_tokens, seq.arrival_time,
+                        seq.first_scheduled_time, seq.first_token_time))
 
-    def _output(self, seq: Sequence, new: list[int], now: float) -> RequestOutput:
-        reason = "abort" if seq.aborted else seq.finish_reason
-        return RequestOutput(seq.request_id, new, seq.is_finished, reason, seq.num_prompt_tokens,
+    def _abort_output(self, seq: Sequence) -> RequestOutput:
+        return RequestOutput(seq.request_id, [], True, "abort", seq.num_prompt_tokens,
                              seq.num_cached_tokens, seq.arrival_time, seq.first_scheduled_time,
                              seq.first_token_time)
 

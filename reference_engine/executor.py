@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 from reference_engine.request import SamplingParams
 
 
-@dataclass
+@dataclass(slots=True)
 class SeqWork:
     """One sequence's share of a step: a prefill chunk, or the single decode token."""
 

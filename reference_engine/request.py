@@ -35,7 +35,7 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     """One delta of a request's output, handed to the request's `on_output` callback."""
 
@@ -66,7 +66,7 @@ class Sequence:
         "seq_id", "request_id", "params", "on_output", "token_ids", "num_prompt_tokens",
         "num_computed_tokens", "block_table", "block_hashes", "num_registered_blocks", "status", "finish_reason",
         "arrival_time", "first_scheduled_time", "first_token_time", "num_cached_tokens",
-        "num_preemptions", "aborted",
+        "num_preemptions", "aborted", "max_len",
     )
 
     def __init__(
@@ -84,6 +84,8 @@ class Sequence:
         self.on_output = on_output
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
+        # Length at which the sequence stops ("length"); the scheduler caps it at max_model_len.
+        self.max_len = self.num_prompt_tokens + params.max_tokens
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
         # Chained hashes of this sequence's full blocks, in order; they depend only on the

@@ -26,6 +26,9 @@ class AdmissionError(ValueError):
     """The request can never be served under this configuration."""
 
 
+_RUNNING = SequenceStatus.RUNNING
+
+
 @dataclass
 class SchedulerOutput:
     batch: StepBatch
@@ -33,13 +36,6 @@ class SchedulerOutput:
     preempted: list[Sequence] = field(default_factory=list)
     num_prefill_tokens: int = 0
     num_decode_seqs: int = 0
-
-
-@dataclass
-class SeqUpdate:
-    seq: Sequence
-    new_token_ids: list[int]
-    finished: bool
 
 
 class Scheduler:
@@ -88,6 +84,7 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.check_admissible(seq.num_prompt_tokens, seq.params.max_tokens)
+        seq.max_len = min(seq.max_len, self.max_model_len)
         self.waiting.append(seq)
 
     def abort(self, seq: Sequence) -> bool:
@@ -107,35 +104,39 @@ class Scheduler:
     # ---- one step ---------------------------------------------------------------------------
     def schedule(self, step_id: int, start_time: float = 0.0) -> SchedulerOutput:
         # Owns: moves sequences between queues; blocks taken here are owned by the sequence
-        # and released by _finish or _preempt.
+        # and released by _finish or _preempt. This runs every step over every running
+        # sequence, so the per-sequence work is kept to a few attribute reads.
         budget = self.token_budget
+        bs = self.pool.block_size
         scheduled: list[tuple[Sequence, int]] = []
         preempted: list[Sequence] = []
-        taken: set[int] = set()
-        decodes = [s for s in self.running if len(s.token_ids) - s.num_computed_tokens == 1]
-        prefills = [s for s in self.running if len(s.token_ids) - s.num_computed_tokens > 1]
+        decodes: list[Sequence] = []
+        prefills: list[Sequence] = []
+        for s in self.running:
+            (decodes if len(s.token_ids) - s.num_computed_tokens == 1 else prefills).append(s)
 
         for seq in decodes:
             if budget == 0:
                 break
-            if seq.status is not SequenceStatus.RUNNING:
+            if seq.status is not _RUNNING:
                 continue  # preempted earlier in this loop
-            while not self.kv.try_grow(seq, 1):
-                victim = self._newest_unscheduled(taken)
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is seq:
-                    break
-            if seq.status is SequenceStatus.RUNNING:
-                scheduled.append((seq, 1))
-                taken.add(seq.seq_id)
-                budget -= 1
+            if seq.num_computed_tokens >= len(seq.block_table) * bs:  # its last block is full
+                while not self.kv.try_grow(seq, 1):
+                    victim = self._newest_unscheduled(scheduled)
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is seq:
+                        break
+                if seq.status is not _RUNNING:
+                    continue
+            scheduled.append((seq, 1))
+            budget -= 1
         num_decodes = len(scheduled)
 
         for seq in prefills:
             if budget == 0:
                 break
-            if seq.status is not SequenceStatus.RUNNING:
+            if seq.status is not _RUNNING:
                 continue
             n = self._chunk(len(seq.token_ids) - seq.num_computed_tokens, budget)
             if n == 0:
@@ -155,43 +156,50 @@ class Scheduler:
             scheduled.append((seq, n))
             budget -= n
 
-        works = [SeqWork(s.seq_id, s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n],
-                         s.num_computed_tokens, s.block_table,
-                         s.num_computed_tokens + n == len(s.token_ids), s.params,
-                         len(s.token_ids) - s.num_prompt_tokens)
-                 for s, n in scheduled]
+        works = []
+        for s, n in scheduled:
+            c = s.num_computed_tokens
+            toks = s.token_ids
+            works.append(SeqWork(s.seq_id, toks[c:c + n], c, s.block_table, c + n == len(toks),
+                                 s.params, len(toks) - s.num_prompt_tokens))
         return SchedulerOutput(
             batch=StepBatch(step_id, works, start_time), scheduled=scheduled, preempted=preempted,
             num_prefill_tokens=self.token_budget - budget - num_decodes,
             num_decode_seqs=num_decodes)
 
-    def update(self, out: SchedulerOutput, sampled: dict[int, int], now: float) -> list[SeqUpdate]:
-        """Apply a finished step: advance KV, append sampled tokens, finish sequences."""
-        updates: list[SeqUpdate] = []
+    def update(self, out: SchedulerOutput, sampled: dict[int, int], now: float) -> list[Sequence]:
+        """Apply a finished step: advance KV, append sampled tokens, finish sequences.
+
+        Returns the sequences that produced a token this step (it is their last token; the
+        finished ones have status FINISHED and their blocks already refunded).
+        """
+        produced: list[Sequence] = []
         any_finished = False
         eos = self.eos_token_id
+        bs = self.pool.block_size
+        caching = self.pool.enable_caching
         for seq, n in out.scheduled:
-            self.kv.mark_computed(seq, n)
-            if seq.num_computed_tokens != len(seq.token_ids):
+            computed = seq.num_computed_tokens = seq.num_computed_tokens + n
+            if caching and computed // bs > seq.num_registered_blocks:
+                self.kv.register_full_blocks(seq)
+            toks = seq.token_ids
+            if computed != len(toks):
                 continue  # a prefill chunk that is not the last one
             tok = sampled[seq.seq_id]
-            seq.token_ids.append(tok)
-            self.generation_tokens_total += 1
+            toks.append(tok)
+            produced.append(seq)
             if seq.first_token_time is None:
                 seq.first_token_time = now
-            n_out = len(seq.token_ids) - seq.num_prompt_tokens
-            reason = None
             if tok == eos and not seq.params.ignore_eos:
-                reason = "stop"
-            elif n_out >= seq.params.max_tokens or len(seq.token_ids) >= self.max_model_len:
-                reason = "length"
-            if reason is not None:
-                self._finish(seq, reason)
+                self._finish(seq, "stop")
                 any_finished = True
-            updates.append(SeqUpdate(seq, [tok], reason is not None))
+            elif len(toks) >= seq.max_len:  # max_tokens (or max_model_len) reached
+                self._finish(seq, "length")
+                any_finished = True
+        self.generation_tokens_total += len(produced)
         if any_finished:
-            self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
-        return updates
+            self.running = [s for s in self.running if s.status is _RUNNING]
+        return produced
 
     # ---- helpers ----------------------------------------------------------------------------
     def _chunk(self, remaining: int, budget: int) -> int:
@@ -199,7 +207,8 @@ class Scheduler:
             return remaining
         return budget if self.chunked else 0
 
-    def _newest_unscheduled(self, taken: set[int]) -> Sequence:
+    def _newest_unscheduled(self, scheduled: list[tuple[Sequence, int]]) -> Sequence:
+        taken = {s.seq_id for s, _ in scheduled}  # built only when preempting (rare)
         for seq in reversed(self.running):
             if seq.seq_id not in taken:
                 return seq
