@@ -135,7 +135,11 @@ def main() -> None:
                      f"{r.client_itl_ms / r.step_ms:.2f} |")
     lines += ["", "ITL / step near 1 means the HTTP layer delivers each token as fast as the "
               "engine makes it; above 1, the server (or the client sharing its CPUs) is the "
-              "bottleneck."]
+              "bottleneck. Far below 1 with a large p99 means chunks arrive in bursts: "
+              "the server or the client fell behind and several tokens came per read. A mean "
+              "decode batch below the concurrency means requests were admitted over several "
+              "steps (the client could not send them all at once) or finished at different "
+              "steps."]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

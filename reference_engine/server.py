@@ -32,7 +32,7 @@ from reference_engine.engine import Engine
 from reference_engine.protocol import ApiError, GenerationRequest, invalid
 from reference_engine.request import SamplingParams
 from reference_engine.scheduler import AdmissionError
-from reference_engine.streaming import Generation
+from reference_engine.streaming import Generation, OutputMailbox
 from reference_engine.tokenizer import VOCAB_SIZE, ByteTokenizer
 
 log = logging.getLogger("reference_engine.server")
@@ -42,6 +42,7 @@ CONFIG_KEY: web.AppKey[EngineConfig] = web.AppKey("config", EngineConfig)
 METRICS_KEY: web.AppKey[prom.RequestMetrics] = web.AppKey("metrics", prom.RequestMetrics)
 TOKENIZER_KEY: web.AppKey[ByteTokenizer] = web.AppKey("tokenizer", ByteTokenizer)
 STARTED_KEY: web.AppKey[int] = web.AppKey("started", int)
+MAILBOX_KEY: web.AppKey[OutputMailbox] = web.AppKey("mailbox", OutputMailbox)
 REQUEST_ID_HEADER = "X-Request-Id"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -141,7 +142,7 @@ async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamR
     response_id = f"{prefix}-{uuid.uuid4().hex}"
     transport = request.transport
     gen = Generation(
-        loop=asyncio.get_running_loop(), engine=engine, request_id=response_id, req=req,
+        mailbox=app[MAILBOX_KEY], engine=engine, request_id=response_id, req=req,
         tokenizer=app[TOKENIZER_KEY], metrics=app[METRICS_KEY], created=protocol.now_s(),
         byte_budget=config.stream_byte_budget,
         transport_buffered=unsent_bytes_probe(transport) if transport else None,
@@ -260,6 +261,11 @@ def create_app(engine: Engine, config: EngineConfig) -> web.Application:
     app[METRICS_KEY] = prom.RequestMetrics()
     app[TOKENIZER_KEY] = ByteTokenizer()
     app[STARTED_KEY] = int(time.time())
+
+    async def open_mailbox(app: web.Application) -> None:
+        app[MAILBOX_KEY] = OutputMailbox(asyncio.get_running_loop())
+
+    app.on_startup.append(open_mailbox)
 
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)

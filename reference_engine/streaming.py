@@ -1,8 +1,8 @@
 """One generation as the server sees it: engine outputs in, text and SSE bytes out.
 
-The engine calls `on_output` from its own thread; the only thing done there is a hop onto
-the event loop (`call_soon_threadsafe`) with the time the output was produced. Everything
-else runs on the loop thread, so the fields below need no lock.
+The engine calls `on_output` from its own thread; the only thing done there is posting the
+output, with the time it was produced, to the `OutputMailbox`, which hops to the event loop.
+Everything else runs on the loop thread, so a `Generation`'s fields need no lock.
 
 Two ways a generation ends early, both ending in exactly one `engine.abort_request`:
 a stop string seen by the detokenizer (finish_reason "stop"), and the server giving up on
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,45 @@ from reference_engine.request import RequestOutput
 from reference_engine.tokenizer import ByteTokenizer
 
 log = logging.getLogger("reference_engine.server")
+
+
+class OutputMailbox:
+    """Carries engine outputs from the engine thread to the event loop, one wake-up a burst.
+
+    The engine emits one output per running sequence per step; a `call_soon_threadsafe` for
+    each would write to the loop's self-pipe hundreds of times a step and make the two
+    threads fight over the GIL. Outputs are appended to one list instead, and the loop is
+    woken only when the list goes from empty to non-empty; it then delivers the whole burst
+    in arrival order. Owns: the list (under `_lock`); the deliver callbacks own the rest.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[Callable[[RequestOutput, float], None], RequestOutput,
+                                float]] = []
+
+    def post(self, deliver: Callable[[RequestOutput, float], None], out: RequestOutput,
+             ) -> None:
+        """Engine thread: queue one output for `deliver(out, produced_time)` on the loop."""
+        item = (deliver, out, time.monotonic())
+        with self._lock:
+            self._items.append(item)
+            if len(self._items) > 1:
+                return  # a drain is already scheduled and will take this one too
+        # A closed loop means the server is shutting down and nobody is listening.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for deliver, out, produced in items:
+            try:
+                deliver(out, produced)
+            except Exception:
+                # One broken request must not starve the others of their outputs.
+                log.exception("delivering output of request %s failed", out.request_id)
 
 
 class EngineLike:
@@ -41,7 +81,7 @@ class Generation:
     duty to abort the engine request once if the request ends before the engine says so.
     """
 
-    def __init__(self, *, loop: asyncio.AbstractEventLoop, engine: EngineLike,
+    def __init__(self, *, mailbox: OutputMailbox, engine: EngineLike,
                  request_id: str, req: GenerationRequest, tokenizer: ByteTokenizer,
                  metrics: RequestMetrics, created: int, byte_budget: int,
                  transport_buffered: Callable[[], int] | None,
@@ -49,7 +89,7 @@ class Generation:
         self.request_id = request_id
         self.req = req
         self.created = created
-        self._loop = loop
+        self._mailbox = mailbox
         self._engine = engine
         self._metrics = metrics
         self._detok = IncrementalDetokenizer(tokenizer, req.stop)
@@ -73,10 +113,7 @@ class Generation:
     # ---- engine thread -------------------------------------------------------------------
 
     def on_output(self, out: RequestOutput) -> None:
-        produced = time.monotonic()
-        # A closed loop means the server is shutting down and nobody is listening.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._deliver, out, produced)
+        self._mailbox.post(self._deliver, out)
 
     # ---- event loop ----------------------------------------------------------------------
 
