@@ -110,6 +110,7 @@ class Scheduler:
         bs = self.pool.block_size
         scheduled: list[tuple[Sequence, int]] = []
         preempted: list[Sequence] = []
+        works: list[SeqWork] = []
         decodes: list[Sequence] = []
         prefills: list[Sequence] = []
         for s in self.running:
@@ -120,7 +121,8 @@ class Scheduler:
                 break
             if seq.status is not _RUNNING:
                 continue  # preempted earlier in this loop
-            if seq.num_computed_tokens >= len(seq.block_table) * bs:  # its last block is full
+            computed = seq.num_computed_tokens
+            if computed >= len(seq.block_table) * bs:  # its last block is full
                 while not self.kv.try_grow(seq, 1):
                     victim = self._newest_unscheduled(scheduled)
                     self._preempt(victim)
@@ -129,7 +131,11 @@ class Scheduler:
                         break
                 if seq.status is not _RUNNING:
                     continue
+            toks = seq.token_ids
             scheduled.append((seq, 1))
+            # The decode's work is built here: one pass over 256 sequences, not two.
+            works.append(SeqWork(seq.seq_id, toks[-1:], computed, seq.block_table, True,
+                                 seq.params, len(toks) - seq.num_prompt_tokens))
             budget -= 1
         num_decodes = len(scheduled)
 
@@ -156,8 +162,7 @@ class Scheduler:
             scheduled.append((seq, n))
             budget -= n
 
-        works = []
-        for s, n in scheduled:
+        for s, n in scheduled[num_decodes:]:  # victims are never among the scheduled
             c = s.num_computed_tokens
             toks = s.token_ids
             works.append(SeqWork(s.seq_id, toks[c:c + n], c, s.block_table, c + n == len(toks),
