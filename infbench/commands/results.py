@@ -19,7 +19,7 @@ DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 

@@ -41,7 +41,7 @@ DEFAULT_DURATION_S = 30.0
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

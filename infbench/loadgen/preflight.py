@@ -76,8 +76,11 @@ async def preflight(url: str, endpoint: str, model: str | None, api_key: str | N
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             return await _preflight(session, url, endpoint, model, api_key, headers, metrics_url)
-    except (aiohttp.ClientConnectorError, ConnectionError) as exc:
-        raise PreflightError(f"cannot reach {url}: {exc.__class__.__name__}: {exc}".splitlines()[0]) from None
+    except aiohttp.ClientConnectorError as exc:
+        why = exc.os_error.strerror or str(exc.os_error)
+        raise PreflightError(f"cannot reach {url}: {why}") from None
+    except ConnectionError as exc:
+        raise PreflightError(f"cannot reach {url}: {exc.strerror or exc}") from None
     except (TimeoutError, aiohttp.ServerTimeoutError):
         raise PreflightError(f"{url} did not answer within {timeout_s:.0f}s") from None
     except aiohttp.ClientError as exc:

@@ -128,6 +128,7 @@ class Runner:
         self._steps = ColumnBuffer("engine_steps")
         self._client = ColumnBuffer("client_samples")
         self._next_idx = 0
+        self._reserved = 0  # first turns the open-loop dispatcher committed to, not yet sent
         self._last_send_ns = 0
         self._stop = asyncio.Event()
         self._stop_reason: str | None = None
@@ -150,7 +151,11 @@ class Runner:
     def _deadline_passed(self) -> bool:
         if self._stop.is_set():
             return True
-        if self.s.num_requests is not None and self._next_idx >= self.s.num_requests or self.s.duration_s is not None and time.monotonic_ns() - self.t0_ns >= self.s.duration_s * 1e9:
+        committed = max(self._next_idx, self._reserved)
+        count_done = self.s.num_requests is not None and committed >= self.s.num_requests
+        elapsed_s = (time.monotonic_ns() - self.t0_ns) / 1e9
+        time_done = self.s.duration_s is not None and elapsed_s >= self.s.duration_s
+        if count_done or time_done:
             self._stop.set()
         return self._stop.is_set()
 
@@ -241,6 +246,7 @@ class Runner:
                 if self._stop.is_set():
                     cap.release()
                     break
+            self._reserved += 1
             self._spawn(self._run_session(sess, due_ns, first=spec, cap=cap))
 
     async def _sleep_until(self, due_ns: int) -> bool:
