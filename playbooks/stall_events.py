@@ -1,0 +1,225 @@
+"""Stall events from the client token timeline, and the cross-request test for each.
+
+A stall gap is a gap between two content chunks of one request far above the run's typical
+ITL (threshold from the median and the MAD, so it scales with the run, not with one case).
+Gaps that end together (all streams resumed by the same engine step) form one event. For
+each event the cross-request test asks: of the requests streaming across the event, did any
+receive a token during it? None -> the whole engine paused (engine-wide); some -> the pause
+was private to the stalled requests (preemption and recompute, or a slow reader). The step
+log, when present, says what the engine was doing at that wall time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from playbooks.sql import fetch_numpy, fetch_one
+
+# MAD -> standard deviation for normal data; the stall threshold is this many sigmas up...
+_MAD_SIGMA = 1.4826
+_SIGMAS = 10.0
+# ...and never below this multiple of the median (below 3x it is batch-composition noise)...
+_MIN_RATIO = 3.0
+# ...nor below this many ms: a shorter pause is not a visible stutter at reading speed
+# (ITL SLOs start around 50-100 ms). `min_stall_ms` overrides it for small fast models.
+DEFAULT_MIN_STALL_MS = 50.0
+
+BASELINE_SQL = """
+SELECT count(*) AS gaps, median(itl_ms) AS median_ms, mad(itl_ms) AS mad_ms,
+       quantile_cont(itl_ms, 0.90) AS p90_ms, quantile_cont(itl_ms, 0.99) AS p99_ms,
+       max(itl_ms) AS max_ms,
+       (SELECT count(*) FROM itl WHERE run_id = $run_id AND coalesced) AS coalesced_chunks
+FROM itl
+WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced
+"""
+
+# One row per stall event. Gaps are clustered by their end time: an engine-wide pause ends
+# for every stream at the same step, while private gaps end whenever their request resumes.
+EVENTS_SQL = """
+WITH c AS (
+  SELECT request_idx, t_ns, lag(t_ns) OVER (PARTITION BY request_idx ORDER BY seq) AS prev_ns
+  FROM chunks WHERE run_id = $run_id AND content
+), gaps AS (
+  SELECT request_idx, prev_ns AS start_ns, t_ns AS end_ns, (t_ns - prev_ns) / 1e6 AS gap_ms
+  FROM c WHERE prev_ns IS NOT NULL AND t_ns - prev_ns > $thr_ns
+), breaks AS (
+  SELECT *, CASE WHEN end_ns - lag(end_ns) OVER (ORDER BY end_ns, request_idx) > $tol_ns
+                 THEN 1 ELSE 0 END AS new_event
+  FROM gaps
+), clustered AS (
+  SELECT *, sum(new_event) OVER (ORDER BY end_ns, request_idx ROWS UNBOUNDED PRECEDING) AS event_id
+  FROM breaks
+), events AS (
+  SELECT event_id, max(start_ns) AS ws, min(end_ns) AS we, min(start_ns) AS first_start,
+         max(end_ns) AS last_end, count(*) AS n_stalled, median(gap_ms) AS gap_ms,
+         max(gap_ms) AS max_gap_ms, list(request_idx ORDER BY request_idx) AS stalled
+  FROM clustered GROUP BY event_id
+), spans AS (
+  SELECT request_idx, first_content_ns AS f, last_content_ns AS l
+  FROM requests WHERE run_id = $run_id AND first_content_ns IS NOT NULL
+), active AS (
+  SELECT e.event_id, count(*) AS n_active
+  FROM events e JOIN spans s ON s.f <= e.ws AND s.l >= e.we GROUP BY e.event_id
+), progress AS (
+  SELECT e.event_id, count(DISTINCT ch.request_idx) AS n_progressing
+  FROM events e JOIN chunks ch
+    ON ch.run_id = $run_id AND ch.content
+   AND ch.t_ns > e.ws + (e.we - e.ws) // 10 AND ch.t_ns < e.we - (e.we - e.ws) // 10
+  GROUP BY e.event_id
+), steps AS (
+  -- engine monotonic seconds are the client's clock on the same host; t0 moves them
+  -- onto the run's axis
+  SELECT step_id, CAST(round(start_s * 1e9) AS BIGINT) - $t0_ns AS s_ns,
+         CAST(round(end_s * 1e9) AS BIGINT) - $t0_ns AS e_ns, prefill_tokens, preemptions
+  FROM engine_steps WHERE run_id = $run_id
+), at_steps AS (
+  SELECT e.event_id, max(s.e_ns - s.s_ns) / 1e6 AS longest_step_ms,
+         arg_max(s.step_id, s.e_ns - s.s_ns) AS longest_step_id,
+         arg_max(s.prefill_tokens, s.e_ns - s.s_ns) AS longest_step_prefill,
+         sum(s.preemptions) AS preemptions
+  FROM events e JOIN steps s ON s.e_ns > e.first_start AND s.s_ns < e.last_end
+  GROUP BY e.event_id
+)
+SELECT e.event_id, e.ws, e.we, e.first_start, e.last_end, e.n_stalled, e.gap_ms, e.max_gap_ms,
+       coalesce(a.n_active, 0) AS n_active, coalesce(p.n_progressing, 0) AS n_progressing,
+       e.stalled, coalesce(st.longest_step_ms, 'NaN'::DOUBLE) AS longest_step_ms,
+       coalesce(st.longest_step_id, -1) AS longest_step_id,
+       coalesce(st.longest_step_prefill, 0) AS longest_step_prefill,
+       coalesce(st.preemptions, 0) AS preemptions
+FROM events e LEFT JOIN active a USING (event_id) LEFT JOIN progress p USING (event_id)
+     LEFT JOIN at_steps st USING (event_id)
+ORDER BY e.we
+"""
+
+CLIENT_LAG_SQL = """
+SELECT t_ns, loop_lag_ms FROM client_samples WHERE run_id = $run_id ORDER BY t_ns
+"""
+
+
+@dataclass
+class Baseline:
+    gaps: int
+    median_ms: float
+    mad_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    coalesced_chunks: int
+    threshold_ms: float
+    sql: str
+
+    def values(self) -> dict[str, Any]:
+        return {k: (round(v, 3) if isinstance(v, float) else v)
+                for k, v in self.__dict__.items() if k != "sql"}
+
+
+@dataclass
+class Events:
+    """Column arrays, one entry per event (times in ns on the run's axis)."""
+
+    ws: np.ndarray
+    we: np.ndarray
+    first_start: np.ndarray
+    last_end: np.ndarray
+    n_stalled: np.ndarray
+    gap_ms: np.ndarray
+    max_gap_ms: np.ndarray
+    n_active: np.ndarray
+    n_progressing: np.ndarray
+    stalled: list[list[int]]
+    kind: np.ndarray            # engine_wide | private | undetermined
+    cause: np.ndarray           # see classify()
+    longest_step_id: np.ndarray  # -1 when unknown
+    longest_step_ms: np.ndarray
+    longest_step_prefill: np.ndarray
+    preemptions: np.ndarray
+    sql: str
+
+    def __len__(self) -> int:
+        return len(self.ws)
+
+    def mask(self, m: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(m)
+
+
+def baseline(con: duckdb.DuckDBPyConnection, run_id: str,
+             min_stall_ms: float = DEFAULT_MIN_STALL_MS) -> Baseline | None:
+    sql, row = fetch_one(con, BASELINE_SQL, run_id=run_id)
+    if not row or not row[0] or row[1] is None:
+        return None
+    gaps, med, mad, p90, p99, mx, coal = row
+    thr = max(_MIN_RATIO * med, med + _SIGMAS * _MAD_SIGMA * mad, min_stall_ms)
+    return Baseline(int(gaps), float(med), float(mad), float(p90), float(p99), float(mx),
+                    int(coal), float(thr), sql)
+
+
+def find_events(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, base: Baseline,
+                has_steps: bool, has_client_samples: bool) -> Events:
+    # Resume times of one engine-wide pause spread only by the client's read order; half
+    # the threshold keeps every clustered pair of gaps overlapping.
+    tol_ns = int(max(base.median_ms, 1.0) * 1e6)
+    tol_ns = min(tol_ns, int(base.threshold_ms * 1e6 / 2))
+    sql, cols = fetch_numpy(con, EVENTS_SQL, run_id=run_id, thr_ns=int(base.threshold_ms * 1e6),
+                            tol_ns=tol_ns, t0_ns=t0_ns)
+    n = len(cols["event_id"])
+    ev = Events(
+        ws=np.asarray(cols["ws"], dtype=np.int64), we=np.asarray(cols["we"], dtype=np.int64),
+        first_start=np.asarray(cols["first_start"], dtype=np.int64),
+        last_end=np.asarray(cols["last_end"], dtype=np.int64),
+        n_stalled=np.asarray(cols["n_stalled"], dtype=np.int64),
+        gap_ms=np.asarray(cols["gap_ms"], dtype=float),
+        max_gap_ms=np.asarray(cols["max_gap_ms"], dtype=float),
+        n_active=np.asarray(cols["n_active"], dtype=np.int64),
+        n_progressing=np.asarray(cols["n_progressing"], dtype=np.int64),
+        stalled=[list(map(int, s)) for s in cols["stalled"]],
+        kind=np.empty(n, dtype=object), cause=np.empty(n, dtype=object),
+        longest_step_id=np.asarray(cols["longest_step_id"], dtype=np.int64),
+        longest_step_ms=np.asarray(cols["longest_step_ms"], dtype=float),
+        longest_step_prefill=np.asarray(cols["longest_step_prefill"], dtype=np.int64),
+        preemptions=np.asarray(cols["preemptions"], dtype=np.int64), sql=sql)
+    lag = _client_lag_at(con, run_id, ev.we) if has_client_samples and n else np.zeros(n)
+    classify(ev, has_steps, lag)
+    return ev
+
+
+def classify(ev: Events, has_steps: bool, client_lag_ms: np.ndarray) -> None:
+    """Set `kind` (the cross-request test) and `cause` (what the engine data says) per event.
+
+    Causes: `engine_pause` (a long engine step without prefill), `prefill` (a long step
+    carrying prefill tokens), `preemption` (the engine preempted during the gap),
+    `client_pause` (the engine kept stepping, or the client's event loop was stalled: the gap
+    is the observer's own), `unattributed` (no step log to say).
+    """
+    progressing = ev.n_progressing > 0
+    ev.kind[:] = "undetermined"
+    ev.kind[(ev.n_active >= 2) & ~progressing] = "engine_wide"
+    ev.kind[progressing] = "private"
+    long_step = ev.longest_step_ms >= 0.5 * ev.gap_ms  # NaN compares False
+    for i in range(len(ev)):
+        if has_steps and ev.kind[i] == "private" and ev.preemptions[i] > 0:
+            ev.cause[i] = "preemption"
+        elif has_steps and long_step[i]:
+            ev.cause[i] = "prefill" if ev.longest_step_prefill[i] > 0 else "engine_pause"
+        elif has_steps and ev.preemptions[i] > 0:
+            ev.cause[i] = "preemption"
+        elif has_steps or client_lag_ms[i] >= 0.5 * ev.gap_ms[i]:
+            # The engine kept stepping (or the client's own loop was stalled): the gap is
+            # the observer's, not the engine's.
+            ev.cause[i] = "client_pause"
+        else:
+            ev.cause[i] = "unattributed"
+
+
+def _client_lag_at(con: duckdb.DuckDBPyConnection, run_id: str, times_ns: np.ndarray) -> np.ndarray:
+    _, cols = fetch_numpy(con, CLIENT_LAG_SQL, run_id=run_id)
+    t = np.asarray(cols["t_ns"], dtype=np.int64)
+    lag = np.nan_to_num(np.asarray(cols["loop_lag_ms"], dtype=float))
+    if len(t) == 0:
+        return np.zeros(len(times_ns))
+    # Each sample holds the worst lag of the interval that ends at its t_ns.
+    idx = np.clip(np.searchsorted(t, times_ns, side="left"), 0, len(t) - 1)
+    return lag[idx]
