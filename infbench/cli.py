@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from infbench import __version__
-from infbench.commands import engine, plan
+from infbench.commands import diagnose, engine, plan
 from infbench.commands import results as results_cmd
 from infbench.commands import run as run_cmd
 
@@ -18,6 +18,8 @@ app.add_typer(engine.app, name="engine")
 app.command("run")(run_cmd.run)
 results_cmd.register(app)
 app.add_typer(plan.app, name="plan")
+app.add_typer(diagnose.app, name="diagnose")
+app.command("import")(diagnose.import_cmd)
 
 
 @app.command("version")

@@ -1,0 +1,119 @@
+"""`infbench diagnose <playbook> RUN`: run a playbook over a recorded run and print findings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from infbench.store import StoreError, open_store
+from playbooks import Diagnosis, StallOptions, diagnose_stalls
+
+app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*.md).",
+                  no_args_is_help=True)
+
+_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(2)
+
+
+def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -> None:
+    have = ", ".join(k for k, v in diag.data_sources.items() if v) or "nothing"
+    missing = ", ".join(k for k, v in diag.data_sources.items() if not v)
+    console.print(f"[bold]{diag.playbook}[/] playbook on run [bold]{diag.run_id}[/]")
+    console.print(f"data used: {have}" + (f"  [dim](missing: {missing})[/]" if missing else ""))
+    base = diag.context.get("itl_baseline")
+    if base:
+        console.print(f"ITL: median {base['median_ms']:.2f} ms, p99 {base['p99_ms']:.2f} ms, "
+                      f"max {base['max_ms']:.1f} ms over {base['gaps']} gaps; stall threshold "
+                      f"{base['threshold_ms']:.1f} ms")
+    ev = diag.context.get("stall_events")
+    if ev:
+        console.print(f"stall events: {ev['engine_wide']} engine-wide, {ev['private']} private, "
+                      f"{ev['undetermined']} undetermined")
+    if not diag.findings:
+        console.print("[green]No findings: nothing in this run points to a stall or latency "
+                      "pathology.[/]")
+    for f in diag.sorted_findings():
+        t = Table(show_header=True, box=None, pad_edge=False)
+        t.add_column("evidence", style="bold")
+        t.add_column("values")
+        for e in f.evidence:
+            vals = ", ".join(f"{k}={v}" for k, v in e.values.items())
+            t.add_row(e.name, vals + (f"\n[dim]{e.note}[/]" if e.note else ""))
+            if show_sql and e.sql:
+                t.add_row("", f"[dim]{e.sql}[/]")
+        body = Table.grid()
+        body.add_row(f.summary)
+        body.add_row("")
+        body.add_row(t)
+        body.add_row("")
+        body.add_row("[bold]next:[/] " + "\n      ".join(f.next_actions))
+        style = _STYLE[f.severity]
+        console.print(Panel(body, title=f"[{style}]{f.severity.upper()}[/] {f.title} "
+                            f"[dim]({f.verdict}, confidence {f.confidence:.2f} "
+                            f"{f.confidence_label})[/]", border_style=style))
+    split = diag.context.get("ttft_split")
+    if split:
+        console.print(f"TTFT split (means): client {split['client_ttft_ms']:.1f} ms = engine "
+                      f"{split['engine_ttft_ms']:.1f} ms (queue {split['engine_queue_ms'] or 0:.1f}) "
+                      f"+ outside the engine {split.get('outside_engine_ms', 0):.1f} ms")
+    if "bimodal_itl" in diag.context:
+        console.print(f"[dim]{diag.context['bimodal_itl']}[/]")
+    for note in diag.notes:
+        console.print(f"[dim]note: {note}[/]")
+
+
+@app.command("stalls")
+def stalls(
+    run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
+    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
+    json_out: bool = typer.Option(False, "--json", help="The diagnosis as JSON on stdout."),
+    itl_target: float = typer.Option(50.0, "--itl-target", help="ITL target (ms) for the token budget."),
+    min_stall: float = typer.Option(50.0, "--min-stall", help="Smallest gap (ms) counted as a stall."),
+    model: str | None = typer.Option(None, help="Model (overrides what the run recorded)."),
+    gpu: str | None = typer.Option(None, help="GPU (overrides what the run recorded)."),
+    sql: bool = typer.Option(False, "--sql", help="Show the SQL behind each piece of evidence."),
+) -> None:
+    """Why the token stream stutters: stall events, periodicity, prefill interference."""
+    try:
+        options = StallOptions(itl_target_ms=itl_target, min_stall_ms=min_stall, model=model, gpu=gpu)
+        options.validate()
+        con = open_store(db, read_only=True)
+        try:
+            diag = diagnose_stalls(con, run_id, options)
+        finally:
+            con.close()
+    except (StoreError, ValueError) as exc:
+        raise _fail(str(exc).splitlines()[0]) from None
+    if json_out:
+        sys.stdout.write(json.dumps(diag.to_dict(), indent=2, default=str) + "\n")
+        return
+    print_diagnosis(Console(), diag, sql)
+
+
+def import_cmd(
+    directory: Path = typer.Argument(..., help="Directory written by `infbench export`."),
+    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file to import into (created if absent)."),
+) -> None:
+    """Import an exported run into a store (to diagnose a run someone attached to an incident)."""
+    from infbench.store.transfer import import_run
+
+    try:
+        con = open_store(db)
+        try:
+            ids = import_run(con, directory)
+        finally:
+            con.close()
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    for rid in ids:
+        typer.echo(rid)

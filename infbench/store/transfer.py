@@ -1,0 +1,79 @@
+"""`infbench import`: load a run exported by `infbench export` into a store.
+
+The export is a directory with one file per table (`runs.parquet`, `chunks.parquet`, ... or
+`.csv`). Import inserts those rows by column name, so a file written by an older schema
+(fewer columns) still loads, and refuses a run id that the store already holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from infbench.store.db import StoreError
+from infbench.store.schema import BULK_TABLES
+
+TABLES = ("runs", *BULK_TABLES)
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _reader(path: Path) -> str:
+    if path.suffix == ".parquet":
+        return f"read_parquet({_lit(str(path))})"
+    return f"read_csv({_lit(str(path))}, header = true, auto_detect = true)"
+
+
+def _find(directory: Path, table: str) -> Path | None:
+    for ext in (".parquet", ".csv"):
+        p = directory / f"{table}{ext}"
+        if p.is_file():
+            return p
+    return None
+
+
+def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[str]:
+    """Insert every run found in `directory`; return their ids. One transaction: all or none.
+
+    Ownership: the caller owns `con` (opened writable) and closes it.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise StoreError(f"{directory}: not a directory written by `infbench export`")
+    runs_file = _find(directory, "runs")
+    if runs_file is None:
+        raise StoreError(f"{directory}: no runs.parquet or runs.csv (not an infbench export)")
+    run_ids = [r[0] for r in con.execute(f"SELECT run_id FROM {_reader(runs_file)}").fetchall()]
+    if not run_ids:
+        raise StoreError(f"{runs_file}: holds no run")
+    clash = con.execute(
+        "SELECT run_id FROM runs WHERE list_contains(?, run_id)", [run_ids]).fetchall()
+    if clash:
+        raise StoreError(f"run {clash[0][0]!r}: already in this store")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in TABLES:
+            path = _find(directory, table)
+            if path is None:
+                continue
+            store_cols = [r[0] for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                "ORDER BY ordinal_position", [table]).fetchall()]
+            file_cols = {r[0] for r in con.execute(
+                f"DESCRIBE SELECT * FROM {_reader(path)}").fetchall()}
+            cols = [c for c in store_cols if c in file_cols]
+            names = ", ".join(cols)
+            # CSV types are guessed; casting to the store's column types makes them exact.
+            types = dict(con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
+                [table]).fetchall())
+            select = ", ".join(f"CAST({c} AS {types[c]}) AS {c}" for c in cols)
+            con.execute(f"INSERT INTO {table} ({names}) SELECT {select} FROM {_reader(path)}")
+        con.execute("COMMIT")
+    except Exception as exc:
+        con.execute("ROLLBACK")
+        raise StoreError(f"{directory}: import failed: {str(exc).splitlines()[0]}") from exc
+    return run_ids
