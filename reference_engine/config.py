@@ -15,6 +15,9 @@ KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
 # vLLM v1's default token budget for the OpenAI server on data-centre GPUs.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 REDACTED = "<redacted>"
+# Each executor's model when --model is not given: the sim executor times a real model's
+# shapes; the torch executor must run weights that fit on a CPU.
+DEFAULT_MODELS = {"sim": "meta-llama/Llama-3.1-8B", "torch": "tiny-llama"}
 
 
 class ConfigError(ValueError):
@@ -24,7 +27,7 @@ class ConfigError(ValueError):
 @dataclass
 class EngineConfig:
     executor: str = "sim"
-    model: str = "meta-llama/Llama-3.1-8B"
+    model: str = ""                             # "" -> DEFAULT_MODELS[executor]
     served_model_name: str | None = None       # name reported by /v1/models; None -> model
     gpu: str = "H100-SXM"                       # the sim executor's roofline GPU
     device: str = "auto"                        # torch executor: "cpu", "cuda" or "auto"
@@ -50,6 +53,8 @@ class EngineConfig:
     stream_byte_budget: int = 1 << 20           # server: pending bytes per connection before cancel
 
     def __post_init__(self) -> None:
+        if self.executor in DEFAULT_MODELS and not self.model:
+            self.model = DEFAULT_MODELS[self.executor]
         self._validate()
 
     @property
@@ -122,6 +127,8 @@ class EngineConfig:
             value = getattr(self, f.name)
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             is_default = value == default
+            if f.name == "model":
+                is_default = value == DEFAULT_MODELS[self.executor]
             if f.name == "max_num_batched_tokens":
                 value = self.token_budget
             elif f.name == "served_model_name":
