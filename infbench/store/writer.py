@@ -54,8 +54,14 @@ class ColumnBuffer:
 
 
 def to_arrow(table: str, columns: dict[str, list[Any]]) -> pa.Table:
+    """Columns not given become NULL; a column the table does not have is an error."""
     schema = BULK_TABLES[table].arrow_schema()
-    arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
+    unknown = set(columns) - set(schema.names)
+    if unknown:
+        raise ValueError(f"{table}: no such column(s) {', '.join(sorted(unknown))}")
+    n = len(next(iter(columns.values())))
+    arrays = [pa.array(columns[f.name], type=f.type) if f.name in columns else pa.nulls(n, f.type)
+              for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
