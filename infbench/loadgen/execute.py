@@ -82,12 +82,15 @@ def execute_run(
         except BaseException as exc:
             try:
                 writer.close()
+                con.execute("UPDATE runs SET t0_monotonic_ns = ? WHERE run_id = ?", [runner.t0_ns, run_id])
             finally:
                 reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
                 finish_run(con, run_id, status=status, reason=reason[:500])
             raise
         writer.close()
+        # The runner restarts its clock after opening connections; rows are relative to that.
+        con.execute("UPDATE runs SET t0_monotonic_ns = ? WHERE run_id = ?", [runner.t0_ns, run_id])
         mark_cooldown(con, run_id, outcome.last_send_ns, settings.cooldown_s)
         a = settings.arrivals
         summary = summarize(con, run_id, slo, open_loop_uncapped=a.kind != "closed" and a.concurrency == 0)
