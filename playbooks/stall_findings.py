@@ -31,10 +31,13 @@ def _r(v: Any, nd: int = 2) -> Any:
     return round(float(v), nd) if isinstance(v, float | np.floating) else v
 
 
-def _severity(tail: Tail) -> str:
-    # How much the group raises p99 ITL: removing it would cut p99 by 3x -> critical.
+def _severity(tail: Tail, magnitude: float) -> str:
+    # How much the group raises p99 ITL (removing it would cut p99 3x -> critical); rare but
+    # huge gaps (20x the typical ITL) are a visible freeze even when p99 hides them.
     gain = tail.p99_ms / tail.p99_without_ms if tail.p99_without_ms > 0 else 1.0
-    return "critical" if gain >= 3 else "warning" if gain >= 1.5 else "info"
+    if gain >= 3:
+        return "critical"
+    return "warning" if gain >= 1.5 or magnitude >= 20 else "info"
 
 
 def _tail_evidence(tail: Tail) -> Evidence:
@@ -88,16 +91,18 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicit
     ]
     return Finding("periodic_engine_stall" if periodic else "engine_wide_stall",
                    "Periodic engine-wide stall" if periodic else "Engine-wide stall",
-                   0.9 if has_steps else 0.7, _severity(tail), summary, evidence, actions)
+                   0.9 if has_steps else 0.7,
+                   _severity(tail, float(np.median(ev.gap_ms[idx])) / base.median_ms), summary, evidence, actions)
 
 
 def private_finding(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events, idx: np.ndarray,
-                    tail: Tail, cross: Evidence) -> Finding:
+                    tail: Tail, cross: Evidence, typical_ms: float) -> Finding:
     sql, row = fetch_one(con, PREEMPTIONS_SQL, run_id=ctx.run_id)
     step_pre, metric_pre = row
     attributed = idx[ev.cause[idx] == "preemption"]
     requests = sorted({r for i in idx for r in ev.stalled[i]})
     preempt_known = len(attributed) > 0 or bool(metric_pre)
+    severity = _severity(tail, float(np.median(ev.gap_ms[idx])) / typical_ms)
     evidence = [cross, Evidence("private_stalls", {
         "events": len(idx), "requests_affected": len(requests),
         "events_with_preemption_in_step_log": len(attributed),
@@ -112,7 +117,7 @@ def private_finding(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
                    f"({len(idx)} events, median {np.median(ev.gap_ms[idx]):.0f} ms): preempted "
                    f"and recomputed ({len(attributed)} events coincide with preemptions in the step log).")
         return Finding("preemption_stall", "Private stalls from preemption (KV pool exhausted)",
-                       0.85 if len(attributed) else 0.6, _severity(tail), summary, evidence, [
+                       0.85 if len(attributed) else 0.6, severity, summary, evidence, [
                            "check KV usage over time (vllm:kv_cache_usage_perc) and the memory "
                            "playbook: the pool runs dry under this load",
                            "cap concurrency (max_num_seqs) or raise gpu_memory_utilization / "
@@ -121,7 +126,7 @@ def private_finding(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
                f"({len(idx)} events): no preemption was recorded, so a slow reader or the network "
                "path of those requests is the likely cause.")
     return Finding("private_stall", "Private stalls (slow reader or unrecorded preemption)",
-                   0.5, _severity(tail), summary, evidence, [
+                   0.5, severity, summary, evidence, [
                        "check the client's socket reads for those requests (stream byte budget, "
                        "proxy buffering)", "scrape vllm:num_preemptions_total to rule preemption out"])
 

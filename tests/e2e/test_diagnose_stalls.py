@@ -1,0 +1,156 @@
+"""`infbench diagnose stalls` against the reference engine with each injected cause.
+
+Each test records a short, bounded run with `infbench run` (which starts the bundled
+engine as a subprocess), then diagnoses it. Parameters differ between tests so that no
+threshold is tuned to one case.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from infbench.store import open_store
+from playbooks import Diagnosis, StallOptions, diagnose_stalls
+
+pytestmark = pytest.mark.e2e
+
+STALL_VERDICTS = {"periodic_engine_stall", "engine_wide_stall", "preemption_stall", "private_stall"}
+
+
+def infbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "infbench", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def record(db: Path, *args: str, engine: tuple[str, ...] = ()) -> None:
+    eng = [f"--engine-arg={a}" for a in ("--gpu", "H100-SXM", *engine)]
+    r = infbench("run", "--db", str(db), "--quiet", "--scrape-interval", "0.5", *args, *eng)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def diagnose(db: Path, **opts: object) -> Diagnosis:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return diagnose_stalls(con, "last", StallOptions(**opts))  # type: ignore[arg-type]
+    finally:
+        con.close()
+
+
+def evidence(diag: Diagnosis, verdict: str, name: str) -> dict[str, object]:
+    finding = next(f for f in diag.findings if f.verdict == verdict)
+    return next(e.values for e in finding.evidence if e.name == name)
+
+
+def closed(requests: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
+    return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(requests),
+            "--input-tokens", inp, "--output-tokens", out)
+
+
+def test_periodic_stall_every_steps_period_and_export_round_trip(tmp_path: Path) -> None:
+    db = tmp_path / "a.duckdb"
+    record(db, *closed(30, 6, "uniform:80:200", "120"),
+           engine=("--fault", "periodic-stall:every_steps=40,duration_ms=150"))
+    diag = diagnose(db)
+    assert diag.verdicts()[0] == "periodic_engine_stall"
+    steps = evidence(diag, "periodic_engine_stall", "period_steps")
+    assert abs(float(steps["period"]) - 40) <= 4
+    wide = evidence(diag, "periodic_engine_stall", "engine_wide_stalls")
+    assert 140 <= float(wide["median_gap_ms"]) <= 250
+    share = evidence(diag, "periodic_engine_stall", "share_of_p99_itl")
+    assert float(share["share_of_gaps_at_or_above_p99"]) >= 0.5
+    top = evidence(diag, "periodic_engine_stall", "periodic_sources_ranked")
+    assert next(iter(top)) == "1. steps"
+    assert diag.data_sources["engine_steps"]
+
+    # The same analysis from a file: export, import into a fresh store, same findings.
+    out = tmp_path / "export"
+    r = infbench("export", "last", "--db", str(db), "--format", "parquet", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    fresh = tmp_path / "fresh.duckdb"
+    r = infbench("import", str(out), "--db", str(fresh))
+    assert r.returncode == 0, r.stderr
+    again = diagnose(fresh)
+    assert again.to_dict()["findings"] == diag.to_dict()["findings"]
+
+
+@pytest.mark.slow
+def test_periodic_stall_every_seconds_period_within_10_percent(tmp_path: Path) -> None:
+    db = tmp_path / "b.duckdb"
+    record(db, *closed(24, 4, "uniform:60:120", "200"),
+           engine=("--fault", "periodic-stall:every_s=0.35,duration_ms=90"))
+    diag = diagnose(db)
+    assert "periodic_engine_stall" in diag.verdicts()
+    sec = evidence(diag, "periodic_engine_stall", "period_seconds")
+    assert abs(float(sec["period"]) - 0.35) / 0.35 <= 0.10
+
+
+def test_small_kv_pool_private_stalls_attributed_to_preemption(tmp_path: Path) -> None:
+    db = tmp_path / "k.duckdb"
+    record(db, *closed(36, 12, "uniform:200:400", "300"), engine=("--num-gpu-blocks", "150"))
+    diag = diagnose(db)
+    assert "preemption_stall" in diag.verdicts()
+    assert "periodic_engine_stall" not in diag.verdicts()
+    priv = evidence(diag, "preemption_stall", "private_stalls")
+    assert int(priv["events_with_preemption_in_step_log"]) >= 1
+    assert float(priv["median_requests_progressing_meanwhile"]) >= 1
+    cross = evidence(diag, "preemption_stall", "cross_request_test")
+    assert int(cross["private"]) > int(cross["engine_wide"])
+
+
+def test_long_prompts_among_decoders_prefill_interference_and_lockout(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    rows = [(round(i * 0.1, 3), 120, 160) for i in range(36)] + [(1.0, 16000, 20), (2.3, 9000, 20)]
+    with trace.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["timestamp", "input_tokens", "output_tokens"])
+        w.writerows(sorted(rows))
+    db = tmp_path / "p.duckdb"
+    record(db, "--workload", "trace", "--trace", str(trace),
+           engine=("--max-num-batched-tokens", "2048", "--max-model-len", "20000"))
+    diag = diagnose(db, itl_target_ms=30.0)
+    assert "prefill_interference" in diag.verdicts()
+    assert not STALL_VERDICTS & set(diag.verdicts())
+    during = evidence(diag, "prefill_interference", "itl_during_long_prefills")
+    assert float(during["elevation"]) >= 3
+    locked = evidence(diag, "prefill_interference", "arrivals_locked_out")
+    assert float(locked["max_wait_for_first_token_ms"]) > 3 * float(locked["baseline_ttft_ms"])
+    budget = evidence(diag, "prefill_interference", "roofline_token_budget")
+    assert 0 < int(budget["budget_tokens"]) < 2048  # a 30 ms target needs less than the 2048 in use
+    long = evidence(diag, "prefill_interference", "long_prompts")
+    assert int(long["longest_prompt_tokens"]) > 5000
+
+
+def test_slow_device_is_uniform_slowdown_not_a_stall(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    record(db, *closed(24, 8, "uniform:100:200", "100"), engine=("--fault", "slow-device:factor=2.5"))
+    diag = diagnose(db)
+    assert diag.verdicts() == ["uniform_slowdown"]
+    ratio = float(evidence(diag, "uniform_slowdown", "decode_step_vs_roofline")["ratio"])
+    assert 2.0 <= ratio <= 3.2
+
+
+def test_clean_run_has_no_findings_and_cli_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "c.duckdb"
+    record(db, *closed(30, 8, "uniform:100:250", "uniform:60:140"))
+    r = infbench("diagnose", "stalls", "last", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["findings"] == []
+    assert out["data_sources"]["engine_steps"] is True
+    text = infbench("diagnose", "stalls", "last", "--db", str(db))
+    assert "No findings" in text.stdout
+
+
+def test_unknown_run_is_a_one_line_error(tmp_path: Path) -> None:
+    db = tmp_path / "e.duckdb"
+    open_store(db).close()
+    r = infbench("diagnose", "stalls", "nope", "--db", str(db))
+    assert r.returncode == 2
+    assert "no such run" in r.stderr and len(r.stderr.strip().splitlines()) == 1
