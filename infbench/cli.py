@@ -6,6 +6,7 @@ import typer
 
 from infbench import __version__
 from infbench.commands import diagnose, engine, plan
+from infbench.commands import gate as gate_cmd
 from infbench.commands import results as results_cmd
 from infbench.commands import run as run_cmd
 
@@ -20,6 +21,8 @@ results_cmd.register(app)
 app.add_typer(plan.app, name="plan")
 app.add_typer(diagnose.app, name="diagnose")
 app.command("import")(diagnose.import_cmd)
+app.add_typer(gate_cmd.app, name="gate")
+app.command("compare")(gate_cmd.compare)
 
 
 @app.command("version")

@@ -1,0 +1,208 @@
+"""`infbench gate`, `infbench gate plan` and `infbench compare`: statistical regression gates
+for CI and a side-by-side view of two runs. Exit codes: 0 pass, 1 fail, 2 usage error."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infbench.gate import FAIL, INCONCLUSIVE, PASS, evaluate_rule, load_rules, overall
+from infbench.gate.compat import workload_differences
+from infbench.gate.plan import plan_rule
+from infbench.gate.report import gate_document, to_json, to_junit, to_markdown
+from infbench.gate.rules import INCONCLUSIVE as INCONCLUSIVE_CHOICES
+from infbench.gate.samples import RunSamples, open_samples
+from infbench.store import StoreError
+
+app = typer.Typer(help="Statistical performance gates: pass, fail or inconclusive, with intervals.",
+                  no_args_is_help=False, invoke_without_command=True)
+
+DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store holding runs named by id.")
+_STYLE = {PASS: "bold green", FAIL: "bold red", INCONCLUSIVE: "bold yellow"}
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _load_pair(baseline: str, candidate: str, db: Path, allow_different: bool
+               ) -> tuple[RunSamples, RunSamples, list[str]]:
+    base, cand = open_samples(baseline, db), open_samples(candidate, db)
+    diffs = workload_differences(base.config, cand.config)
+    if diffs and not allow_different:
+        raise ValueError(f"baseline and candidate ran different workloads ({'; '.join(diffs)}); "
+                         "pass --allow-different-workloads to compare them anyway")
+    return base, cand, diffs
+
+
+@app.callback()
+def gate(
+    ctx: typer.Context,
+    baseline: str | None = typer.Option(None, help="Baseline: run id/prefix/'last' in --db, or a store FILE[@RUN]."),
+    candidate: str | None = typer.Option(None, help="Candidate: run id/prefix/'last' in --db, or a store FILE[@RUN]."),
+    rules: Path | None = typer.Option(None, help="gates.toml (default: built-in rules for TTFT, TPOT, E2E, throughput)."),
+    db: Path = DB_OPTION,
+    inconclusive: str | None = typer.Option(None, help="pass | fail: exit code of an inconclusive verdict (default: the rules file's, else fail)."),
+    allow_different_workloads: bool = typer.Option(False, help="Compare runs even when their workloads differ."),
+    markdown: Path | None = typer.Option(None, help="Write a Markdown summary (pull-request comment) here."),
+    junit: Path | None = typer.Option(None, help="Write JUnit XML here (one test case per rule)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Compare a candidate run with a baseline, rule by rule, with confidence intervals."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        if baseline is None or candidate is None:
+            raise ValueError(f"{'baseline' if baseline is None else 'candidate'}: required (--baseline RUN --candidate RUN)")
+        if inconclusive is not None and inconclusive not in INCONCLUSIVE_CHOICES:
+            raise ValueError(f"inconclusive: {inconclusive!r} is not pass or fail")
+        ruleset = load_rules(rules)
+        settings = ruleset.settings
+        if inconclusive is not None:
+            settings = dataclasses.replace(settings, inconclusive=inconclusive)
+        base, cand, diffs = _load_pair(baseline, candidate, db, allow_different_workloads)
+    except (ValueError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+
+    rng = np.random.default_rng(settings.seed)
+    results = [evaluate_rule(r, base, cand, settings, rng) for r in ruleset.rules]
+    verdict = overall(results)
+    warnings = [f"workloads differ (allowed): {d}" for d in diffs]
+    for s, who in ((base, "baseline"), (cand, "candidate")):
+        if s.run.client_bound:
+            warnings.append(f"the {who} run was client-bound: its latencies include load-generator delay")
+        if s.run.status != "completed":
+            warnings.append(f"the {who} run is {s.run.status} ({s.run.status_reason or 'no reason recorded'})")
+    doc = gate_document(verdict, results, {
+        "baseline": base.run.run_id, "candidate": cand.run.run_id,
+        "baseline_requests": base.n_requests, "candidate_requests": cand.n_requests,
+        "confidence": settings.confidence, "run_noise": settings.run_noise,
+        "inconclusive_counts_as": settings.inconclusive, "warnings": warnings})
+    if markdown is not None:
+        markdown.write_text(to_markdown(doc, results), encoding="utf-8")
+    if junit is not None:
+        junit.write_text(to_junit(doc, results, settings.inconclusive == "fail"), encoding="utf-8")
+    if json_out:
+        sys.stdout.write(to_json(doc))
+    else:
+        _print_table(doc, results)
+    failing = verdict == FAIL or (verdict == INCONCLUSIVE and settings.inconclusive == "fail")
+    raise typer.Exit(1 if failing else 0)
+
+
+def _print_table(doc: dict, results: list) -> None:
+    console = Console()
+    t = Table(title=f"gate: baseline {doc['baseline']} vs candidate {doc['candidate']} "
+                    f"({doc['confidence']:.0%} intervals)", title_justify="left")
+    for c in ("rule", "baseline", "candidate", "change", "interval", "tolerance", "verdict"):
+        t.add_column(c, justify="left" if c in ("rule", "verdict") else "right")
+    for r in results:
+        fmt = (lambda v: f"{v:+.1%}") if r.relative else (lambda v: f"{v:+.3g}")
+        t.add_row(f"{r.rule} ({'lower' if r.direction == 'lower' else 'higher'} is better)",
+                  "-" if r.baseline is None else f"{r.baseline:.4g} {r.unit}",
+                  "-" if r.candidate is None else f"{r.candidate:.4g} {r.unit}",
+                  "-" if r.change is None else fmt(r.change),
+                  "-" if r.ci is None else f"{fmt(r.ci[0])} .. {fmt(r.ci[1])}",
+                  r.tolerance, f"[{_STYLE[r.verdict]}]{r.verdict}[/]")
+    console.print(t)
+    for r in results:
+        if r.verdict != PASS:
+            console.print(f"  [dim]{r.rule}:[/] {r.reason}", highlight=False)
+    for w in doc["warnings"]:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    console.print(f"verdict: [{_STYLE[doc['verdict']]}]{doc['verdict'].upper()}[/]")
+
+
+@app.command("plan")
+def plan(
+    baseline: str = typer.Option(..., help="Baseline run (id/prefix/'last' in --db, or FILE[@RUN])."),
+    rules: Path | None = typer.Option(None, help="gates.toml (default: the built-in rules)."),
+    change: float = typer.Option(0.10, help="Regression to detect, as a fraction (0.10 = 10% worse)."),
+    power: float = typer.Option(0.8, help="Probability of catching that regression."),
+    db: Path = DB_OPTION,
+    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
+) -> None:
+    """Size a canary from a baseline's variance: how much data detects a given change."""
+    try:
+        if not 0.0 < change < 10.0:
+            raise ValueError(f"change: must be a fraction in (0, 10), got {change}")
+        if not 0.5 <= power < 1.0:
+            raise ValueError(f"power: must be in [0.5, 1), got {power}")
+        ruleset = load_rules(rules)
+        base = open_samples(baseline, db)
+    except (ValueError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    rng = np.random.default_rng(ruleset.settings.seed)
+    rows = [plan_rule(r, base, ruleset.settings, change, power, rng) for r in ruleset.rules]
+    if json_out:
+        sys.stdout.write(json.dumps({"baseline": base.run.run_id, "change": change, "power": power,
+                                     "confidence": ruleset.settings.confidence,
+                                     "run_noise": ruleset.settings.run_noise,
+                                     "rules": [r.as_dict() for r in rows]}, indent=2) + "\n")
+        return
+    t = Table(title=f"canary size to catch a {change:.0%} regression with {power:.0%} power "
+                    f"(baseline {base.run.run_id}, {base.n_requests} requests)", title_justify="left")
+    for c in ("rule", "baseline", "rel. s.e.", "to catch", "≈ time", "to clear unchanged", "≈ time"):
+        t.add_column(c, justify="left" if c == "rule" else "right")
+
+    def size(v: float | None, unit: str) -> str:
+        return "never" if v is None else f"{int(np.ceil(v)):,} {unit}"
+
+    def secs(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.0f} s"
+
+    for r in rows:
+        t.add_row(r.rule, "-" if r.baseline_value is None else f"{r.baseline_value:.4g}",
+                  "-" if r.relative_se is None else f"{r.relative_se:.2%}",
+                  size(r.to_detect, r.unit_of_size), secs(r.seconds_to_detect),
+                  size(r.to_clear, r.unit_of_size), secs(r.seconds_to_clear))
+    console = Console()
+    console.print(t)
+    for r in rows:
+        if r.note:
+            console.print(f"  [dim]{r.rule}:[/] {r.note}", highlight=False)
+
+
+def compare(
+    run_a: str = typer.Argument(..., help="First run (id/prefix/'last', or FILE[@RUN])."),
+    run_b: str = typer.Argument(..., help="Second run."),
+    db: Path = DB_OPTION,
+    json_out: bool = typer.Option(False, "--json", help="Print both summaries side by side as JSON."),
+) -> None:
+    """Side-by-side table of two runs' summaries, with the relative change."""
+    try:
+        a, b = open_samples(run_a, db), open_samples(run_b, db)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    sa, sb = a.run.summary or {}, b.run.summary or {}
+    keys = ["completed", "failed", "duration", "request_throughput", "output_throughput"]
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        keys += [f"mean_{m}_ms", f"p50_{m}_ms", f"p99_{m}_ms"]
+    if "request_goodput" in sa or "request_goodput" in sb:
+        keys.append("request_goodput")
+    diffs = workload_differences(a.config, b.config)
+    if json_out:
+        sys.stdout.write(json.dumps({"a": a.run.run_id, "b": b.run.run_id, "workload_differences": diffs,
+                                     "metrics": {k: {"a": sa.get(k), "b": sb.get(k)} for k in keys}},
+                                    indent=2, default=str) + "\n")
+        return
+    t = Table(title=f"{a.run.run_id} vs {b.run.run_id}", title_justify="left")
+    for c in ("metric", "A", "B", "B vs A"):
+        t.add_column(c, justify="left" if c == "metric" else "right")
+    for k in keys:
+        va, vb = sa.get(k), sb.get(k)
+        rel = f"{vb / va - 1:+.1%}" if isinstance(va, int | float) and isinstance(vb, int | float) and va else "-"
+        t.add_row(k, "-" if va is None else f"{va:,.4g}", "-" if vb is None else f"{vb:,.4g}", rel)
+    console = Console()
+    console.print(t)
+    console.print("[dim]single numbers, no intervals: use `infbench gate` for a verdict[/]")
+    for d in diffs:
+        console.print(f"[yellow]workloads differ:[/] {d}", highlight=False)
