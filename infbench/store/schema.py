@@ -45,6 +45,10 @@ Tables (schema version 1)
 Views: ``request_latency`` (TTFT, e2e, TPOT from the actual and from the intended send, in ms)
 and ``itl`` (gaps between consecutive content chunks of a request, in ms).
 
+``sweeps`` / ``sweep_points`` (version 2)
+    ``infbench sweep``: the sweep's settings and analysed ``result`` (JSON), and for each point
+    (``point_idx`` in run order) its run and load: ``kind`` is ``concurrency`` or ``rate``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -240,6 +244,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         1,
         "initial schema: runs, requests, chunks, metric_samples, engine_steps, client_samples",
         (RUNS_DDL, *(t.ddl() for t in BULK_TABLES.values()), *VIEWS_DDL),
+    ),
+    Migration(
+        2,
+        "sweeps: one row per sweep, one per point linking it to its run",
+        (
+            "CREATE TABLE sweeps (sweep_id VARCHAR PRIMARY KEY, created_at TIMESTAMP NOT NULL, "
+            "mode VARCHAR NOT NULL, config VARCHAR, result VARCHAR)",
+            "CREATE TABLE sweep_points (sweep_id VARCHAR NOT NULL, point_idx INTEGER NOT NULL, "
+            "run_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, value DOUBLE NOT NULL)",
+        ),
     ),
 )
 
