@@ -61,15 +61,20 @@ WITH c AS (
 ), spans AS (
   SELECT request_idx, first_content_ns AS f, last_content_ns AS l
   FROM requests WHERE run_id = $run_id AND first_content_ns IS NOT NULL
+), pairs AS (
+  -- every request streaming across an event: it had a token before and one after
+  SELECT e.event_id, s.request_idx, e.ws + (e.we - e.ws) // 10 AS lo, e.we - (e.we - e.ws) // 10 AS hi
+  FROM events e JOIN spans s ON s.f <= e.ws AND s.l >= e.we
+), content AS (
+  SELECT request_idx, t_ns FROM chunks WHERE run_id = $run_id AND content
+), next_token AS (
+  -- its first token after the event began: inside the event means it kept streaming
+  SELECT p.event_id, p.hi, c.t_ns AS next_ns
+  FROM pairs p ASOF JOIN content c ON p.request_idx = c.request_idx AND p.lo < c.t_ns
 ), active AS (
-  SELECT e.event_id, count(*) AS n_active
-  FROM events e JOIN spans s ON s.f <= e.ws AND s.l >= e.we GROUP BY e.event_id
+  SELECT event_id, count(*) AS n_active FROM pairs GROUP BY event_id
 ), progress AS (
-  SELECT e.event_id, count(DISTINCT ch.request_idx) AS n_progressing
-  FROM events e JOIN chunks ch
-    ON ch.run_id = $run_id AND ch.content
-   AND ch.t_ns > e.ws + (e.we - e.ws) // 10 AND ch.t_ns < e.we - (e.we - e.ws) // 10
-  GROUP BY e.event_id
+  SELECT event_id, count(*) AS n_progressing FROM next_token WHERE next_ns < hi GROUP BY event_id
 ), steps AS (
   -- engine monotonic seconds are the client's clock on the same host; t0 moves them
   -- onto the run's axis

@@ -21,7 +21,7 @@ _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
     return typer.Exit(2)
 
 
