@@ -9,6 +9,7 @@ from infbench.commands import diagnose, engine, plan
 from infbench.commands import gate as gate_cmd
 from infbench.commands import results as results_cmd
 from infbench.commands import run as run_cmd
+from infbench.commands import sweep as sweep_cmd
 
 app = typer.Typer(
     help="Benchmark and diagnose LLM inference endpoints.",
@@ -23,6 +24,7 @@ app.add_typer(diagnose.app, name="diagnose")
 app.command("import")(diagnose.import_cmd)
 app.add_typer(gate_cmd.app, name="gate")
 app.command("compare")(gate_cmd.compare)
+app.command("sweep")(sweep_cmd.sweep)
 
 
 @app.command("version")

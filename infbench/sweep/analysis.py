@@ -1,0 +1,178 @@
+"""What a sweep found: the throughput-latency curve, its knee, the goodput-max point, and a
+line fit of step time in batch size set beside the roofline's line for the same model/GPU.
+
+The knee is reported two ways. On the measured curve (latency against throughput) it is the
+Kneedle point: the largest gap between normalized throughput and normalized latency, where
+more load stops buying throughput and starts costing latency. From the step-time line
+`t(B) = a + b B` it is `B = a / b`, the batch at which throughput is half its limit `1/b`;
+that is the definition `infbench plan roofline` uses, so the two can be compared directly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from infbench.specs import get_gpu, get_model
+from infbench.specs.throughput import roofline_report
+
+
+@dataclass
+class PointResult:
+    idx: int
+    run_id: str
+    kind: str
+    value: float
+    request_throughput: float
+    output_throughput: float
+    p50_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    p50_tpot_ms: float | None
+    p50_itl_ms: float | None
+    p50_e2el_ms: float | None
+    p99_e2el_ms: float | None
+    mean_batch: float | None  # decode sequences per step (engine log), else Little's law on ITL
+    goodput: float | None
+
+
+@dataclass
+class StepLine:
+    intercept_ms: float
+    slope_ms: float
+    source: str  # engine_steps | itl
+    batches: list[float]
+    max_relative_error: float
+
+    @property
+    def knee_batch(self) -> float:
+        return self.intercept_ms / self.slope_ms if self.slope_ms > 0 else float("inf")
+
+
+def point_result(con: duckdb.DuckDBPyConnection, idx: int, run_id: str, kind: str, value: float,
+                 slo: dict[str, float]) -> PointResult:
+    row = con.execute("SELECT summary FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    s = json.loads(row[0]) if row and row[0] else {}
+    batch = con.execute("SELECT avg(decode_seqs) FROM engine_steps WHERE run_id = ? AND decode_seqs > 0",
+                        [run_id]).fetchone()
+    mean_batch = float(batch[0]) if batch and batch[0] is not None else None
+    if mean_batch is None and s.get("mean_itl_ms"):
+        mean_batch = s["output_throughput"] * s["mean_itl_ms"] / 1e3  # Little's law on tokens
+    goodput = None
+    if slo:
+        conds = []
+        if "ttft" in slo:
+            conds.append(f"ttft_intended_ms <= {float(slo['ttft'])}")
+        if "tpot" in slo:
+            conds.append(f"coalesce(tpot_ms, 0) <= {float(slo['tpot'])}")
+        if "e2el" in slo:
+            conds.append(f"e2e_intended_ms <= {float(slo['e2el'])}")
+        good = con.execute(f"SELECT count(*) FROM request_latency WHERE run_id = ? AND phase = 'measure' "
+                           f"AND error_class IS NULL AND {' AND '.join(conds)}", [run_id]).fetchone()
+        goodput = (int(good[0]) if good else 0) / max(float(s.get("duration") or 0.0), 1e-9)
+    return PointResult(idx, run_id, kind, value, float(s.get("request_throughput", 0.0)),
+                       float(s.get("output_throughput", 0.0)), s.get("p50_ttft_ms"), s.get("p99_ttft_ms"),
+                       s.get("p50_tpot_ms"), s.get("p50_itl_ms"), s.get("p50_e2el_ms"),
+                       s.get("p99_e2el_ms"), mean_batch, goodput)
+
+
+def kneedle(x: np.ndarray, y: np.ndarray) -> int | None:
+    """Index of the knee of a rising-latency curve y(x); None with fewer than 3 points."""
+    order = np.argsort(x)
+    x, y = np.asarray(x, float)[order], np.asarray(y, float)[order]
+    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    xn = (x - x.min()) / np.ptp(x)
+    yn = (y - y.min()) / np.ptp(y)
+    return int(order[int(np.argmax(xn - yn))])
+
+
+def fit_line(batch: np.ndarray, ms: np.ndarray, source: str) -> StepLine | None:
+    """Least squares of step time on batch size, over per-batch medians (host hiccups, which
+    hit single steps, then do not pull the line)."""
+    batch, ms = np.asarray(batch, float), np.asarray(ms, float)
+    sizes, inverse = np.unique(batch, return_inverse=True)
+    if sizes.size < 2:
+        return None
+    med = np.array([np.median(ms[inverse == i]) for i in range(sizes.size)])
+    slope, intercept = np.polyfit(sizes, med, 1)
+    err = float(np.max(np.abs(intercept + slope * sizes - med) / med))
+    return StepLine(float(intercept), float(slope), source, [float(b) for b in sizes], err)
+
+
+def step_line(con: duckdb.DuckDBPyConnection, run_ids: list[str], points: list[PointResult]) -> StepLine | None:
+    steps = con.execute(
+        "SELECT decode_seqs, (end_s - start_s) * 1e3 AS ms FROM engine_steps "
+        "WHERE list_contains(?, run_id) AND prefill_tokens = 0 AND decode_seqs > 0", [run_ids]).fetchnumpy()
+    if len(steps["ms"]) >= 10:
+        # Batch sizes seen in fewer than 5 steps are transients (ramp-up, drain).
+        b, counts = np.unique(steps["decode_seqs"], return_counts=True)
+        keep = np.isin(steps["decode_seqs"], b[counts >= 5])
+        line = fit_line(steps["decode_seqs"][keep], steps["ms"][keep], "engine_steps")
+        if line is not None:
+            return line
+    pts = [p for p in points if p.mean_batch is not None and p.p50_itl_ms is not None]
+    if len(pts) < 2:
+        return None
+    return fit_line(np.array([p.mean_batch for p in pts]), np.array([p.p50_itl_ms for p in pts]), "itl")
+
+
+def mean_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> float:
+    """Tokens a decoding sequence attends to on average: its prompt plus half its output."""
+    row = con.execute("SELECT avg(coalesce(prompt_tokens, target_input_tokens) + output_tokens / 2.0) "
+                      "FROM requests WHERE list_contains(?, run_id) AND error_class IS NULL", [run_ids]).fetchone()
+    return float(row[0]) if row and row[0] is not None else 0.0
+
+
+def roofline_comparison(engine: dict[str, Any], context: float, max_batch: int, line: StepLine | None
+                        ) -> dict[str, Any] | None:
+    """The roofline's line for the engine's model and GPU beside the measured one."""
+    try:
+        model, gpu = get_model(str(engine["model"])), get_gpu(str(engine["gpu"]))
+    except (KeyError, ValueError):
+        return None
+    kv = engine.get("kv_cache_dtype") or "auto"
+    weights = engine.get("dtype") or "bf16"
+    r = roofline_report(model, gpu, int(engine.get("tensor_parallel_size") or 1), weights,
+                        weights if kv == "auto" else kv, context=max(int(round(context)), 1),
+                        max_num_seqs=max(max_batch, 2))
+    out: dict[str, Any] = {
+        "model": model.name, "gpu": gpu.name, "context": round(context),
+        "roofline_intercept_ms": r.line.intercept_s * 1e3, "roofline_slope_ms": r.line.slope_s * 1e3,
+        "roofline_knee_batch": r.line.knee_batch,
+        "engine_step_overhead_ms": engine.get("step_overhead_ms"),
+    }
+    if line is not None:
+        overhead = float(engine.get("step_overhead_ms") or 0.0)
+        out["measured_knee_batch"] = line.knee_batch
+        out["measured_knee_batch_without_overhead"] = (
+            (line.intercept_ms - overhead) / line.slope_ms if line.slope_ms > 0 else None)
+        out["slope_ratio"] = line.slope_ms / (r.line.slope_s * 1e3)
+        out["intercept_ratio_without_overhead"] = (line.intercept_ms - overhead) / (r.line.intercept_s * 1e3)
+    return out
+
+
+def analyse(con: duckdb.DuckDBPyConnection, points: list[tuple[int, str, str, float]], slo: dict[str, float],
+            engine: dict[str, Any] | None) -> dict[str, Any]:
+    results = [point_result(con, i, rid, kind, v, slo) for i, rid, kind, v in points]
+    run_ids = [p.run_id for p in results]
+    lat = [p.p50_tpot_ms if p.p50_tpot_ms is not None else p.p50_e2el_ms for p in results]
+    usable = [i for i, v in enumerate(lat) if v is not None]
+    knee_i = kneedle(np.array([results[i].output_throughput for i in usable]),
+                     np.array([lat[i] for i in usable]))
+    knee = results[usable[knee_i]] if knee_i is not None else None
+    best = max((p for p in results if p.goodput is not None), key=lambda p: p.goodput or 0.0, default=None)
+    line = step_line(con, run_ids, results)
+    max_batch = int(max((p.mean_batch or 1.0 for p in results), default=1.0)) + 1
+    roof = roofline_comparison(engine, mean_context(con, run_ids), max_batch, line) if engine else None
+    return {
+        "points": [asdict(p) for p in results],
+        "knee": asdict(knee) if knee else None,
+        "goodput_max": asdict(best) if best else None,
+        "slo_ms": slo,
+        "step_line": {**asdict(line), "knee_batch": line.knee_batch} if line else None,
+        "roofline": roof,
+    }
