@@ -19,7 +19,7 @@ import numpy as np
 
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
-from infbench.loadgen.client import RawResponse, make_session, stream_post
+from infbench.loadgen.client import RawResponse, make_session, retime, stream_post
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.scrape import Scraper
 from infbench.loadgen.sse import ParsedStream, StreamParser
@@ -337,21 +337,23 @@ class Runner:
         return parsed.text if ok else None
 
     async def _parse(self, raw: RawResponse) -> ParsedStream:
-        if len(raw.reads) <= _PARSE_SLICE:
+        read_ns, reads = retime(raw)
+        if len(reads) <= _PARSE_SLICE:
             return self._parse_now(raw, self.workload.needs_text)
         parser = StreamParser(self.workload.needs_text)
-        for i in range(0, len(raw.reads), _PARSE_SLICE):
-            for t, data in zip(raw.read_ns[i : i + _PARSE_SLICE], raw.reads[i : i + _PARSE_SLICE], strict=True):
+        for i in range(0, len(reads), _PARSE_SLICE):
+            for t, data in zip(read_ns[i : i + _PARSE_SLICE], reads[i : i + _PARSE_SLICE], strict=True):
                 parser.feed(t, data)
             await asyncio.sleep(0)  # a 32K-token stream must not freeze the other streams' clocks
-        return parser.finish(b"".join(raw.reads))
+        return parser.finish(b"".join(reads))
 
     @staticmethod
     def _parse_now(raw: RawResponse, need_text: bool) -> ParsedStream:
+        read_ns, reads = retime(raw)
         parser = StreamParser(need_text)
-        for t, data in zip(raw.read_ns, raw.reads, strict=True):
+        for t, data in zip(read_ns, reads, strict=True):
             parser.feed(t, data)
-        return parser.finish(b"".join(raw.reads))
+        return parser.finish(b"".join(reads))
 
     # -- rows --------------------------------------------------------------------------
     def _record(self, idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse, p: ParsedStream) -> None:

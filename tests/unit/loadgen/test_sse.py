@@ -140,3 +140,17 @@ def test_comment_and_event_fields_are_valid_sse() -> None:
     named = b'event: message\nid: 4\ndata: {"choices":[{"text":"x"}]}\n\n'
     out = parse_reads([1], [b": keep-alive\n\n" + named + comp(" a") + DONE])
     assert out.error_class is None and out.num_content == 2
+
+
+def test_retime_uses_arrival_stamps_and_keeps_uncovered_bytes() -> None:
+    from infbench.loadgen.client import RawResponse, retime
+
+    a, b, c = comp(" a"), comp(" b"), comp(" c") + DONE
+    # The task saw everything in two reads, late; the protocol stamped b and c on arrival.
+    raw = RawResponse(send_ns=0, read_ns=[100, 200], reads=[a + b, c],
+                      recv_log=[50, len(a), len(a + b), 60, len(a + b), -1])
+    read_ns, reads = retime(raw)
+    assert b"".join(reads) == a + b + c
+    assert read_ns == [100, 50, 60]  # `a` came with the headers: only the task's time is known
+    out = parse_reads(read_ns, reads)
+    assert out.t_ns[:3] == [100, 50, 60]
