@@ -195,4 +195,9 @@ def retime(raw: RawResponse) -> tuple[list[int], list[bytes]]:
             pos = b
     if pos < n:
         gap(n)
+    # Earlier bytes arrived no later than later ones: an unstamped segment's task-side time
+    # is capped by the arrival stamp that follows it.
+    for i in range(len(out_t) - 2, -1, -1):
+        if out_t[i] > out_t[i + 1]:
+            out_t[i] = out_t[i + 1]
     return out_t, out_d

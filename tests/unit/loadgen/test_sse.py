@@ -151,6 +151,7 @@ def test_retime_uses_arrival_stamps_and_keeps_uncovered_bytes() -> None:
                       recv_log=[50, len(a), len(a + b), 60, len(a + b), -1])
     read_ns, reads = retime(raw)
     assert b"".join(reads) == a + b + c
-    assert read_ns == [100, 50, 60]  # `a` came with the headers: only the task's time is known
+    # `a` came with the headers, unstamped; it cannot have arrived after `b`.
+    assert read_ns == [50, 50, 60]
     out = parse_reads(read_ns, reads)
-    assert out.t_ns[:3] == [100, 50, 60]
+    assert out.t_ns[:3] == [50, 50, 60]
