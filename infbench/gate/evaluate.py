@@ -193,7 +193,8 @@ def evaluate_rule(rule: Rule, base: RunSamples, cand: RunSamples, settings: Gate
         return result
     result.baseline, result.candidate = eb.value, ec.value
     result.n_baseline, result.n_candidate = eb.n, ec.n
-    eb, ec = with_run_noise(eb, settings.run_noise, rng), with_run_noise(ec, settings.run_noise, rng)
+    noise = settings.run_noise if rule.run_noise is None else rule.run_noise
+    eb, ec = with_run_noise(eb, noise, rng), with_run_noise(ec, noise, rng)
     if rule.relative:
         _need_positive = eb.value > 0 and float(np.min(eb.replicates)) > 0
         if not _need_positive:

@@ -72,8 +72,9 @@ def plan_rule(rule: Rule, base: RunSamples, settings: GateSettings, change: floa
     sigma = rel_se * math.sqrt(size)
     tol = rule.max_regression if rule.relative else rule.max_regression / abs(est.value)
     z = NormalDist().inv_cdf(1 - (1 - settings.confidence) / 2) + NormalDist().inv_cdf(power)
-    detect = _size_needed(change - tol, sigma, size, settings.run_noise, z)
-    clear = _size_needed(tol, sigma, size, settings.run_noise, z)
+    noise = settings.run_noise if rule.run_noise is None else rule.run_noise
+    detect = _size_needed(change - tol, sigma, size, noise, z)
+    clear = _size_needed(tol, sigma, size, noise, z)
     if unit == "requests":  # the gate calls anything under min_requests inconclusive
         detect = None if detect is None else max(detect, settings.min_requests)
         clear = None if clear is None else max(clear, settings.min_requests)
@@ -92,7 +93,7 @@ def plan_rule(rule: Rule, base: RunSamples, settings: GateSettings, change: floa
                      "a larger baseline (or less run noise) is needed")
     if clear is None:
         notes.append("an unchanged build cannot be shown within tolerance against this baseline")
-    if settings.run_noise == 0:
+    if noise == 0:
         notes.append("run_noise = 0: run-to-run drift is not counted (set it from repeated A/A runs)")
     row.note = "; ".join(notes)
     return row

@@ -18,6 +18,7 @@ A rules file is TOML::
     direction = "lower"          # which way is better; defaults per metric
     method = "bootstrap"         # or "rank" (Hodges-Lehmann / Mann-Whitney; p50 of per-request metrics)
     slo = "ttft=500ms,tpot=50ms" # goodput only; default: the runs' own --slo
+    run_noise = "0%"             # this statistic's own run-to-run drift (default: [gate]'s)
 
 Every error is a `RulesError` naming the field that is wrong.
 """
@@ -75,6 +76,7 @@ class Rule:
     method: str = "bootstrap"
     slo_ms: dict[str, float] | None = None
     name: str = ""
+    run_noise: float | None = None  # overrides [gate] run_noise for this rule
 
     @property
     def quantile(self) -> float | None:
@@ -146,7 +148,7 @@ def parse_tolerance(raw: Any, metric: str, where: str) -> tuple[float, bool]:
     return value, relative
 
 
-_RULE_KEYS = {"metric", "statistic", "max_regression", "direction", "method", "slo", "name"}
+_RULE_KEYS = {"metric", "statistic", "max_regression", "direction", "method", "slo", "name", "run_noise"}
 
 
 def parse_rule(raw: Any, where: str) -> Rule:
@@ -194,7 +196,23 @@ def parse_rule(raw: Any, where: str) -> Rule:
     name = raw.get("name", "")
     if not isinstance(name, str):
         raise RulesError(f"{where}.name: expected a string")
-    return Rule(metric, statistic, tol, relative, direction, method, slo, name)
+    noise = parse_noise(raw["run_noise"], f"{where}.run_noise") if "run_noise" in raw else None
+    return Rule(metric, statistic, tol, relative, direction, method, slo, name, noise)
+
+
+def parse_noise(raw: Any, where: str) -> float:
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            noise = float(raw.strip()[:-1]) / 100.0
+        except ValueError:
+            raise RulesError(f"{where}: {raw!r} is not a percentage like 2%") from None
+    elif isinstance(raw, int | float) and not isinstance(raw, bool):
+        noise = float(raw)
+    else:
+        raise RulesError(f"{where}: expected a percentage like 2%, got {raw!r}")
+    if not 0.0 <= noise < 1.0:
+        raise RulesError(f"{where}: must be in [0%, 100%), got {raw!r}")
+    return noise
 
 
 def parse_settings(raw: Any) -> GateSettings:
@@ -214,18 +232,7 @@ def parse_settings(raw: Any) -> GateSettings:
         v = raw.get(key, getattr(GateSettings, key))
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise RulesError(f"gate.{key}: must be an integer >= {lo}, got {v!r}")
-    noise_raw = raw.get("run_noise", 0.0)
-    if isinstance(noise_raw, str) and noise_raw.strip().endswith("%"):
-        try:
-            noise = float(noise_raw.strip()[:-1]) / 100.0
-        except ValueError:
-            raise RulesError(f"gate.run_noise: {noise_raw!r} is not a percentage like 2%") from None
-    elif isinstance(noise_raw, int | float) and not isinstance(noise_raw, bool):
-        noise = float(noise_raw)
-    else:
-        raise RulesError(f"gate.run_noise: expected a percentage like 2%, got {noise_raw!r}")
-    if not 0.0 <= noise < 1.0:
-        raise RulesError(f"gate.run_noise: must be in [0%, 100%), got {noise_raw!r}")
+    noise = parse_noise(raw.get("run_noise", 0.0), "gate.run_noise")
     return GateSettings(float(conf), inc, int(raw.get("replicates", DEFAULT_REPLICATES)),
                         int(raw.get("min_requests", 30)), int(raw.get("seed", 0)), noise)
 
