@@ -1,0 +1,45 @@
+"""Sweep points, the knee of a curve, and the step-time line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infbench.sweep.analysis import fit_line, kneedle
+from infbench.sweep.points import Point, fill_rates, parse_points
+
+
+def test_listed_points_and_errors() -> None:
+    assert parse_points("concurrency", "8,1,4") == [Point("concurrency", v) for v in (1, 4, 8)]
+    with pytest.raises(ValueError, match="points: '1.5'"):
+        parse_points("concurrency", "1,1.5")
+    with pytest.raises(ValueError, match="mode"):
+        parse_points("burst", "1,2")
+    assert parse_points("auto", None) == []
+
+
+def test_auto_rates_fill_between_the_ends() -> None:
+    rates = [p.value for p in fill_rates(2.0, 12.0, 4)]
+    assert rates == pytest.approx([4.0, 6.0, 8.0, 10.0])
+    with pytest.raises(ValueError, match="max-concurrency"):
+        fill_rates(5.0, 5.0, 3)
+
+
+def test_knee_of_a_saturating_curve() -> None:
+    # throughput saturates at 100 while latency climbs: the knee is where it bends
+    load = np.array([1, 2, 4, 8, 16, 32, 64], float)
+    thr = 100 * load / (load + 8)
+    lat = 10 + 0.1 * load + np.where(load > 16, (load - 16) * 2, 0)
+    assert load[kneedle(thr, lat)] in (8, 16)
+
+
+def test_step_line_recovers_intercept_and_slope() -> None:
+    rng = np.random.default_rng(0)
+    batch = rng.integers(1, 33, 5000).astype(float)
+    ms = 6.0 + 0.1 * batch + rng.normal(0, 0.05, batch.size)
+    ms[::97] += 20  # host hiccups on single steps must not pull the line
+    line = fit_line(batch, ms, "engine_steps")
+    assert line is not None
+    assert line.intercept_ms == pytest.approx(6.0, abs=0.05)
+    assert line.slope_ms == pytest.approx(0.1, abs=0.005)
+    assert line.knee_batch == pytest.approx(60, rel=0.05)
