@@ -1,0 +1,38 @@
+"""`infbench sweep` on the bundled engine: each point is a run linked to the sweep, and the
+step-time line it fits lands on the roofline's for the same model and GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.support.cli import infbench
+
+pytestmark = pytest.mark.e2e
+
+
+def test_sweep_knee_matches_roofline(tmp_path: Path) -> None:
+    db, page = tmp_path / "s.duckdb", tmp_path / "sweep.html"
+    r = infbench("sweep", "--db", str(db), "--mode", "concurrency", "--points", "1,8,24",
+                 "--duration", "3", "--input-tokens", "2048", "--output-tokens", "32",
+                 "--slo", "tpot=20ms", "--engine-arg=--max-num-seqs", "--engine-arg=64",
+                 "--html", str(page), "--json", timeout=150)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert [p["value"] for p in res["points"]] == [1, 8, 24]
+    roof, line = res["roofline"], res["step_line"]
+    assert line["source"] == "engine_steps"
+    # The sim engine follows the roofline plus a fixed 0.5 ms per step.
+    assert roof["slope_ratio"] == pytest.approx(1.0, abs=0.15)
+    assert roof["measured_knee_batch_without_overhead"] == pytest.approx(roof["roofline_knee_batch"], rel=0.2)
+    assert res["goodput_max"] is not None
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        linked = con.execute("SELECT count(*) FROM sweep_points JOIN runs USING (run_id)").fetchone()[0]
+    finally:
+        con.close()
+    assert linked == 3
+    assert "<svg" in page.read_text()
