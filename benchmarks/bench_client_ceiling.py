@@ -149,8 +149,10 @@ def ttft_overhead(streams: int, tokens: int, itl_ms: float) -> list[str]:
         settings = RunSettings(url=url, endpoint="completions", model=MODEL,
                                arrivals=Arrivals("closed", concurrency=streams), num_requests=streams * 2)
         wl = Synthetic(LengthDist.parse("64", "in"), LengthDist.parse(str(tokens), "out"), TokenModel())
-        asyncio.run(Runner(settings, wl, writer, t0).run())
+        runner = Runner(settings, wl, writer, t0)
+        asyncio.run(runner.run())
         writer.close()
+        t0 = runner.t0_ns  # the runner restarts its clock once connections are open
         truth = json.loads(urllib.request.urlopen(url + "/_log").read())
         rows = con.execute("SELECT server_request_id, send_ns + ?, first_content_ns + ?, ttft_ms FROM requests "
                            "JOIN request_latency USING (run_id, request_idx) WHERE requests.error_class IS NULL",
