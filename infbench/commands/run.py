@@ -195,6 +195,7 @@ def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: di
                    "engine_args": engine_args if bundled else None,
                    "api_key_set": settings.api_key is not None,
                    "metrics_url": settings.metrics_url, "steps_url": settings.steps_url},
+        "engine_config": target.engine_config,
         "workload": wl.describe(),
         "token_model": {"per_word": target.tokens.per_word, "overhead": target.tokens.overhead,
                         "source": target.tokens.source},

@@ -27,6 +27,9 @@ class Target:
     metrics_url: str | None
     steps_url: str | None
     steps_after: int = -1  # engine steps up to this id happened before the run
+    # The target's own resolved settings ({name: {"value", "default"}}) where it serves them
+    # (the reference engine's /engine/config); playbooks read model, GPU and budgets from it.
+    engine_config: dict[str, Any] | None = None
 
 
 def _error_message(body: str) -> str:
@@ -146,5 +149,13 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
             steps_after = max(ids, default=-1)
     except (aiohttp.ClientError, ValueError, TypeError):
         steps_url = None
+    engine_config = None
+    try:
+        cst, cbody = await _get(session, url + "/engine/config", headers)
+        doc = json.loads(cbody) if cst == 200 else None
+        engine_config = doc if isinstance(doc, dict) else None
+    except (aiohttp.ClientError, ValueError):
+        engine_config = None
     return Target(url=url, model=model, models=models, tokens=tokens, ignore_eos_supported=ignore_eos,
-                  metrics_url=metrics_url, steps_url=steps_url, steps_after=steps_after)
+                  metrics_url=metrics_url, steps_url=steps_url, steps_after=steps_after,
+                  engine_config=engine_config)

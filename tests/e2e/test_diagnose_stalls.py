@@ -146,6 +146,13 @@ def test_clean_run_has_no_findings_and_cli_says_so(tmp_path: Path) -> None:
     assert out["data_sources"]["engine_steps"] is True
     text = infbench("diagnose", "stalls", "last", "--db", str(db))
     assert "No findings" in text.stdout
+    # The run recorded the engine's own resolved settings, so the playbook knows the GPU
+    # without being told.
+    con = duckdb.connect(str(db), read_only=True)
+    config = json.loads(con.execute("SELECT config FROM runs").fetchone()[0])
+    con.close()
+    assert config["engine_config"]["gpu"]["value"] == "H100-SXM"
+    assert config["engine_config"]["model"]["value"] == "meta-llama/Llama-3.1-8B"
 
 
 def test_unknown_run_is_a_one_line_error(tmp_path: Path) -> None:
