@@ -271,7 +271,8 @@ def memory(
             (
                 "= KV pool / GPU",
                 _size(p.remaining_bytes),
-                "negative: the terms above overrun the budget",
+                "what is left for KV blocks" if p.remaining_bytes > 0
+                else "negative: the terms above overrun the budget",
             ),
             ("KV bytes / token / GPU", f"{p.kv_bytes_per_token:,.0f}", p.kv_format),
             ("blocks", f"{p.num_blocks:,}", f"pool // ({p.block_size} x bytes/token)"),
