@@ -1,4 +1,5 @@
-"""`infbench diagnose <playbook> RUN`: run a playbook over a recorded run and print findings."""
+"""`infbench diagnose <playbook> RUN`: run a playbook over a recorded run, print its findings
+and keep them in the store with the run (for `infbench report` and `infbench export`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import json
 import sys
 from pathlib import Path
 
+import duckdb
 import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
 from infbench.store import StoreError, open_store
+from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
 
 app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*.md).",
@@ -72,6 +75,18 @@ def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -
         console.print(f"[dim]note: {note}[/]")
 
 
+def _open(db: Path, save: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """Writable when saving (an older file is migrated); a store that cannot be opened for
+    writing is still diagnosed read-only, and the reason it will not be saved comes back.
+    The caller owns and closes the connection."""
+    if not save or not db.exists():  # a missing file must not be created by a diagnosis
+        return open_store(db, read_only=True), None
+    try:
+        return open_store(db), None
+    except StoreError as exc:
+        return open_store(db, read_only=True), str(exc)
+
+
 @app.command("stalls")
 def stalls(
     run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
@@ -82,22 +97,38 @@ def stalls(
     model: str | None = typer.Option(None, help="Model (overrides what the run recorded)."),
     gpu: str | None = typer.Option(None, help="GPU (overrides what the run recorded)."),
     sql: bool = typer.Option(False, "--sql", help="Show the SQL behind each piece of evidence."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Keep the findings in the store "
+                              "with the run (replacing this playbook's earlier ones)."),
 ) -> None:
     """Why the token stream stutters: stall events, periodicity, prefill interference."""
+    saved: int | None = None
     try:
         options = StallOptions(itl_target_ms=itl_target, min_stall_ms=min_stall, model=model, gpu=gpu)
         options.validate()
-        con = open_store(db, read_only=True)
+        con, not_saved = _open(db, save)
         try:
             diag = diagnose_stalls(con, run_id, options)
+            if save and not_saved is None:
+                try:
+                    saved = save_diagnosis(con, diag.to_dict())
+                except StoreError as exc:
+                    not_saved = str(exc)
         finally:
             con.close()
     except (StoreError, ValueError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
+    if not_saved is not None:
+        Console(stderr=True, soft_wrap=True).print(
+            f"[yellow]warning:[/] findings diagnosed but not saved: {not_saved.splitlines()[0]}",
+            highlight=False)
     if json_out:
         sys.stdout.write(json.dumps(diag.to_dict(), indent=2, default=str) + "\n")
         return
-    print_diagnosis(Console(), diag, sql)
+    console = Console()
+    print_diagnosis(console, diag, sql)
+    if saved is not None:
+        console.print(f"[dim]saved {saved} finding(s) to {db}; `infbench report {diag.run_id} "
+                      f"--db {db} --html FILE` shows them[/]", highlight=False)
 
 
 def import_cmd(

@@ -1,4 +1,7 @@
-"""`infbench export`: a run's rows as Parquet or CSV files, one per table, streamed by DuckDB."""
+"""`infbench export`: a run's rows as Parquet or CSV files, one per table, streamed by DuckDB.
+
+The tables are the ones `infbench import` reads back (`infbench.store.transfer.TABLES`),
+stored findings included, so a diagnosed run arrives diagnosed."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from infbench.store.schema import BULK_TABLES
+from infbench.store.transfer import TABLES
 
 EXPORT_FORMATS = ("parquet", "csv")
 
@@ -21,7 +24,7 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: 
     out_dir.mkdir(parents=True, exist_ok=True)
     opts = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT csv, HEADER true)"
     files = []
-    for table in ("runs", *BULK_TABLES):
+    for table in TABLES:
         path = out_dir / f"{table}.{fmt}"
         order = "" if table == "runs" else " ORDER BY 1, 2"
         # COPY streams to the file without materialising the table in Python.

@@ -1,6 +1,6 @@
 """`infbench report RUN --html FILE`: one self-contained page (inline SVG, inline CSS, no JS,
-no network) with the run's distributions, token timeline, throughput, concurrency and the
-server's own metrics over time."""
+no network) with the run's stored diagnosis, distributions, token timeline, throughput,
+concurrency and the server's own metrics over time."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import duckdb
 import numpy as np
 
 from infbench.report import svg
+from infbench.report.diagnosis import CSS as DIAGNOSIS_CSS
+from infbench.report.diagnosis import diagnosis_section
 from infbench.store.runs import RunRow
 
 _CSS = ("body{font-family:sans-serif;max-width:1500px;margin:20px auto;color:#222}"
@@ -121,7 +123,8 @@ def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
     body = "".join(f'<div>{p}</div>' for _, p in plots)
     cfg = html.escape(json.dumps(run.config, indent=2, sort_keys=True))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>infbench {html.escape(rid)}</title>"
-            f"<style>{_CSS}</style></head><body>{head}{table}<h2>Plots</h2><div class='grid'>{body}</div>"
+            f"<style>{_CSS}{DIAGNOSIS_CSS}</style></head><body>{head}{table}{diagnosis_section(con, rid)}"
+            f"<h2>Plots</h2><div class='grid'>{body}</div>"
             f"<h2>Configuration</h2><pre>{cfg}</pre></body></html>")
 
 

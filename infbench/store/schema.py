@@ -49,6 +49,18 @@ and ``itl`` (gaps between consecutive content chunks of a request, in ms).
     ``infbench sweep``: the sweep's settings and analysed ``result`` (JSON), and for each point
     (``point_idx`` in run order) its run and load: ``kind`` is ``concurrency`` or ``rate``.
 
+``diagnoses`` / ``findings`` (version 3)
+    What a playbook (``infbench diagnose NAME RUN``) concluded about a run. ``diagnoses`` has
+    one row per (run, playbook) that was diagnosed, even when nothing was found: when
+    (``created_at``), the inputs that existed (``data_sources``, JSON object name -> bool),
+    the baseline numbers shown with any result (``context``, JSON) and caveats about the data
+    (``notes``, JSON list). ``findings`` has one row per finding, ``finding_idx`` in the
+    playbook's order (most severe first): ``verdict`` (stable id of the named cause), ``title``,
+    ``severity`` (``info`` | ``warning`` | ``critical``), ``confidence`` (0..1), ``summary``,
+    ``next_actions`` (JSON list of strings), ``evidence`` (JSON list of ``{name, values, sql,
+    note}``: the numbers and the SQL that produced them, rerunnable against this store) and
+    ``data_sources`` as above. Diagnosing a run again replaces that playbook's rows.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -66,6 +78,7 @@ _T = {
     "INTEGER": pa.int32(),
     "DOUBLE": pa.float64(),
     "BOOLEAN": pa.bool_(),
+    "TIMESTAMP": pa.timestamp("us"),
 }
 
 
@@ -188,6 +201,39 @@ BULK_TABLES: dict[str, Table] = {
     t.name: t for t in (REQUESTS, CHUNKS, METRIC_SAMPLES, ENGINE_STEPS, CLIENT_SAMPLES)
 }
 
+DIAGNOSES = Table(
+    "diagnoses",
+    (
+        ("run_id", "VARCHAR"),
+        ("playbook", "VARCHAR"),
+        ("created_at", "TIMESTAMP"),
+        ("data_sources", "VARCHAR"),
+        ("context", "VARCHAR"),
+        ("notes", "VARCHAR"),
+    ),
+)
+
+FINDINGS = Table(
+    "findings",
+    (
+        ("run_id", "VARCHAR"),
+        ("playbook", "VARCHAR"),
+        ("finding_idx", "INTEGER"),
+        ("created_at", "TIMESTAMP"),
+        ("verdict", "VARCHAR"),
+        ("title", "VARCHAR"),
+        ("severity", "VARCHAR"),
+        ("confidence", "DOUBLE"),
+        ("summary", "VARCHAR"),
+        ("next_actions", "VARCHAR"),
+        ("evidence", "VARCHAR"),
+        ("data_sources", "VARCHAR"),
+    ),
+)
+
+# Tables keyed by run_id that are not bulk-written: exported and imported with the run.
+DIAGNOSIS_TABLES: dict[str, Table] = {t.name: t for t in (DIAGNOSES, FINDINGS)}
+
 RUNS_DDL = """
 CREATE TABLE runs (
   run_id VARCHAR PRIMARY KEY,
@@ -254,6 +300,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE sweep_points (sweep_id VARCHAR NOT NULL, point_idx INTEGER NOT NULL, "
             "run_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, value DOUBLE NOT NULL)",
         ),
+    ),
+    Migration(
+        3,
+        "diagnoses and findings: what `infbench diagnose` concluded about a run",
+        tuple(t.ddl() for t in DIAGNOSIS_TABLES.values()),
     ),
 )
 

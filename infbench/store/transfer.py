@@ -2,7 +2,8 @@
 
 The export is a directory with one file per table (`runs.parquet`, `chunks.parquet`, ... or
 `.csv`). Import inserts those rows by column name, so a file written by an older schema
-(fewer columns) still loads, and refuses a run id that the store already holds.
+(fewer columns, or no `findings` file) still loads, and refuses a run id that the store
+already holds.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pathlib import Path
 import duckdb
 
 from infbench.store.db import StoreError
-from infbench.store.schema import BULK_TABLES
+from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 
-TABLES = ("runs", *BULK_TABLES)
+# Everything keyed by run_id that travels with a run (stored findings included).
+TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES)
 
 
 def _lit(text: str) -> str:
