@@ -9,6 +9,7 @@ column buffers that go to the store writer in batches while the run goes on.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -33,6 +34,47 @@ _SPIN_S = 0.002
 _PREWARM_OPEN_LOOP = 32
 _PREWARM_MAX = 1024  # reads parsed between yields to the event loop
 _CONNECTION_ERRORS = {"connection_refused", "connection_reset", "connection_error"}
+# Finished streams parsed per loop iteration while the backlog is short; a longer backlog
+# (the client is saturated anyway) is worked off in bigger steps so memory stays bounded.
+_BACKLOG_SOFT = 256
+# Young-generation GC threshold during the load: collections of the many short-lived
+# per-request objects are rarer and, after gc.freeze(), scan only what the run allocated.
+_GC_GEN0_DURING_RUN = 50_000
+
+
+class SendGate:
+    """Lets at most one request start per event-loop iteration.
+
+    When many closed-loop streams finish together, each would build its body and go through
+    aiohttp's request setup in the same iteration; the socket reads that arrive meanwhile are
+    stamped only after all of that. Passing one request per iteration puts a `select()` (and
+    so the arrival stamps) between consecutive request setups. Ownership: one per runner,
+    used only from its event loop.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._scheduled = False
+
+    async def turn(self) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(fut)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._release, loop)
+        await fut
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                break
+        if self._waiters:
+            loop.call_soon(self._release, loop)  # runs in the next iteration, after select()
+        else:
+            self._scheduled = False
 
 
 @dataclass
@@ -138,6 +180,10 @@ class Runner:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._consecutive_conn_errors = 0
         self._rng = np.random.default_rng(settings.seed)
+        self._gate = SendGate()
+        # Finished requests waiting to be parsed and turned into rows (see `_recorder`).
+        self._backlog: deque[tuple[int, RequestSpec, int, RawResponse]] = deque()
+        self._backlog_ready = asyncio.Event()
 
     # -- control -----------------------------------------------------------------------
     def interrupt(self, reason: str) -> None:
@@ -166,8 +212,15 @@ class Runner:
         session = make_session(self.s.arrivals.concurrency, self.s.request_timeout_s)
         self._session = session
         background: list[asyncio.Task[Any]] = []
+        gc_threshold = gc.get_threshold()
         try:
             await self._prewarm(session)
+            # Everything allocated so far (modules, workload, session) lives for the whole run:
+            # keep it out of the collector's scans, and collect young objects less often.
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(_GC_GEN0_DURING_RUN, gc_threshold[1], gc_threshold[2])
+            background.append(asyncio.create_task(self._recorder()))
             # The run's clock starts once connections are open: opening hundreds of them is
             # client work that would otherwise land in the first requests' TTFT.
             self.t0_ns = time.monotonic_ns()
@@ -192,6 +245,8 @@ class Runner:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await session.close()
+            gc.set_threshold(*gc_threshold)
+            gc.unfreeze()
             self._flush_all()
         return RunOutcome(
             status="interrupted" if self._interrupted else "completed",
@@ -315,6 +370,7 @@ class Runner:
                 cap.release()
 
     async def _send(self, spec: RequestSpec, intended_ns: int) -> str | None:
+        await self._gate.turn()
         idx = self._next_idx
         self._next_idx += 1
         body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
@@ -326,15 +382,50 @@ class Runner:
             await stream_post(self._session, self._url, body, self._headers, raw)
         except asyncio.CancelledError:
             self.stats.in_flight -= 1
-            self._record(idx, spec, intended_ns, raw, self._parse_now(raw, False))
+            self._backlog.append((idx, spec, intended_ns, raw))  # recorded by _flush_all
             raise
         self.stats.in_flight -= 1
         self._last_send_ns = max(self._last_send_ns, raw.send_ns - self.t0_ns)
         self.health.note_schedule_lag((raw.send_ns - intended_ns) / 1e6)
-        parsed = await self._parse(raw)
+        self._note_connection(raw.error_class)
+        if not self.workload.needs_text:
+            # Parsing waits for the recorder task: when many streams end together, doing it
+            # here would hold the loop while other streams' reads wait to be stamped.
+            self._backlog.append((idx, spec, intended_ns, raw))
+            self._backlog_ready.set()
+            return None
+        parsed = await self._parse(raw)  # the next turn needs the text now
         self._record(idx, spec, intended_ns, raw, parsed)
         ok = raw.error_class is None and parsed.error_class is None
         return parsed.text if ok else None
+
+    async def _recorder(self) -> None:
+        """Parse finished streams into rows, one per loop iteration while the backlog is short.
+
+        Ownership: the only consumer of `_backlog` during the run; `_flush_all` drains what is
+        left (also after an interruption), so nothing received is lost.
+        """
+        backlog = self._backlog
+        while True:
+            await self._backlog_ready.wait()
+            self._backlog_ready.clear()
+            while backlog:
+                n = 1 if len(backlog) < _BACKLOG_SOFT else len(backlog) // 16
+                for _ in range(n):
+                    idx, spec, intended_ns, raw = backlog[0]
+                    parsed = await self._parse(raw)  # cancelled here: still queued, _flush_all has it
+                    backlog.popleft()
+                    self._record(idx, spec, intended_ns, raw, parsed)
+                await asyncio.sleep(0)
+
+    def _note_connection(self, error_class: str | None) -> None:
+        if error_class is None or error_class not in _CONNECTION_ERRORS:
+            self._consecutive_conn_errors = 0
+            return
+        self._consecutive_conn_errors += 1
+        if self._consecutive_conn_errors >= max(16, 2 * self.s.arrivals.concurrency):
+            self.interrupt(f"target stopped answering ({self._consecutive_conn_errors} "
+                           f"connection failures in a row, last: {error_class})")
 
     async def _parse(self, raw: RawResponse) -> ParsedStream:
         read_ns, reads = retime(raw)
@@ -398,7 +489,6 @@ class Runner:
         st.recent_done_ns.append(raw.end_ns or time.monotonic_ns())
         if error_class is None:
             st.done += 1
-            self._consecutive_conn_errors = 0
             if p.first_content_ns is not None:
                 st.recent_ttft_ms.append((p.first_content_ns - raw.send_ns) / 1e6)
             if p.num_content > 1 and p.last_content_ns is not None and p.first_content_ns is not None:
@@ -406,11 +496,6 @@ class Runner:
         else:
             st.errors += 1
             st.errors_by_class[error_class] = st.errors_by_class.get(error_class, 0) + 1
-            if error_class in _CONNECTION_ERRORS:
-                self._consecutive_conn_errors += 1
-                if self._consecutive_conn_errors >= max(16, 2 * self.s.arrivals.concurrency):
-                    self.interrupt(f"target stopped answering ({self._consecutive_conn_errors} "
-                                   f"connection failures in a row, last: {error_class})")
         if len(self._chunks) >= CHUNK_BATCH_ROWS:
             self.writer.put_buffer(self._chunks)
         if len(self._requests) >= REQUEST_BATCH_ROWS:
@@ -438,5 +523,8 @@ class Runner:
             self.writer.put_buffer(self._steps)
 
     def _flush_all(self) -> None:
+        while self._backlog:
+            idx, spec, intended_ns, raw = self._backlog.popleft()
+            self._record(idx, spec, intended_ns, raw, self._parse_now(raw, self.workload.needs_text))
         for buf in (self._chunks, self._requests, self._metrics, self._steps, self._client):
             self.writer.put_buffer(buf)

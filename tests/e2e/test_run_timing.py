@@ -44,7 +44,7 @@ def test_ttft_and_itl_within_1ms_of_truth_at_64_streams(tmp_path: Path) -> None:
 
 
 def _one_attempt(db: Path) -> None:
-    with sse_server("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--log-timing") as url:
+    with sse_server("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--log-timing", nice=10) as url:
         target = asyncio.run(preflight(url, "completions", None, None))
         settings = RunSettings(url=target.url, endpoint="completions", model=target.model,
                                arrivals=Arrivals("closed", concurrency=STREAMS), num_requests=STREAMS * 3)
