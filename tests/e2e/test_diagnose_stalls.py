@@ -17,6 +17,7 @@ import duckdb
 import pytest
 
 from infbench.store import open_store
+from infbench.store.findings import load_diagnoses
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +70,14 @@ def test_periodic_stall_every_steps_period_and_export_round_trip(tmp_path: Path)
     assert next(iter(top)) == "1. steps"
     assert diag.data_sources["engine_steps"]
 
+    # The CLI keeps the findings with the run; the HTML report shows them.
+    r = infbench("diagnose", "stalls", "last", "--db", str(db))
+    assert r.returncode == 0, r.stderr
+    page = tmp_path / "report.html"
+    r = infbench("report", "last", "--db", str(db), "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    assert "id='diagnosis'" in page.read_text() and "periodic_engine_stall" in page.read_text()
+
     # The same analysis from a file: export, import into a fresh store, same findings.
     out = tmp_path / "export"
     r = infbench("export", "last", "--db", str(db), "--format", "parquet", "--out", str(out))
@@ -78,6 +87,11 @@ def test_periodic_stall_every_steps_period_and_export_round_trip(tmp_path: Path)
     assert r.returncode == 0, r.stderr
     again = diagnose(fresh)
     assert again.to_dict()["findings"] == diag.to_dict()["findings"]
+    # ... and the stored findings travelled with the run.
+    con = open_store(fresh, read_only=True)
+    (stored,) = load_diagnoses(con, diag.run_id)
+    con.close()
+    assert [f["verdict"] for f in stored.findings] == diag.verdicts()
 
 
 @pytest.mark.slow
