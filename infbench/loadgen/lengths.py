@@ -39,8 +39,8 @@ class LengthDist:
         return dist
 
     def sample(self, rng: np.random.Generator, n: int = 1) -> np.ndarray:
-        if self.kind == "fixed":
-            x = np.full(n, self.a)
+        if self.kind == "fixed":  # no draw, and no clip/floor work per request
+            return np.full(n, min(max(int(np.floor(self.a)), self.lo), self.hi), dtype=np.int64)
         elif self.kind == "uniform":
             x = rng.uniform(self.a, self.b + 1, n)
         elif self.kind == "normal":

@@ -9,6 +9,7 @@ column buffers that go to the store writer in batches while the run goes on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import time
 from collections import deque
@@ -20,12 +21,12 @@ import numpy as np
 
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
-from infbench.loadgen.client import RawResponse, make_session, retime, stream_post
+from infbench.loadgen.client import RawResponse, arrival_times, make_session, retime, stream_post
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.scrape import Scraper
-from infbench.loadgen.sse import ParsedStream, StreamParser
+from infbench.loadgen.sse import FastParser, ParsedStream, StreamParser
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
-from infbench.store.writer import BatchWriter, ColumnBuffer
+from infbench.store.writer import ArrayBuffer, BatchWriter, ColumnBuffer
 
 CHUNK_BATCH_ROWS = 65536
 REQUEST_BATCH_ROWS = 2048
@@ -166,7 +167,7 @@ class Runner:
         self.health = HealthMonitor(settings.sample_interval_s)
         self._url = settings.url + ENDPOINTS[settings.endpoint]
         self._headers = auth_headers(settings.api_key)
-        self._chunks = ColumnBuffer("chunks")
+        self._chunks = ArrayBuffer("chunks")
         self._requests = ColumnBuffer("requests")
         self._metrics = ColumnBuffer("metric_samples")
         self._steps = ColumnBuffer("engine_steps")
@@ -370,9 +371,9 @@ class Runner:
                 cap.release()
 
     async def _send(self, spec: RequestSpec, intended_ns: int) -> str | None:
-        await self._gate.turn()
         idx = self._next_idx
-        self._next_idx += 1
+        self._next_idx += 1  # claimed before waiting, so the stop-by-count check sees it
+        await self._gate.turn()
         body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
                           ignore_eos=self.s.ignore_eos, temperature=self.s.temperature)
         raw = RawResponse(send_ns=0)
@@ -428,6 +429,12 @@ class Runner:
                            f"connection failures in a row, last: {error_class})")
 
     async def _parse(self, raw: RawResponse) -> ParsedStream:
+        if not self.workload.needs_text and raw.reads:
+            fast = FastParser(b"".join(raw.reads), functools.partial(arrival_times, raw))
+            while fast.feed():
+                if fast.finished:
+                    return fast.finish()
+                await asyncio.sleep(0)  # a 32K-token stream must not freeze the other streams' clocks
         read_ns, reads = retime(raw)
         if len(reads) <= _PARSE_SLICE:
             return self._parse_now(raw, self.workload.needs_text)
@@ -440,6 +447,11 @@ class Runner:
 
     @staticmethod
     def _parse_now(raw: RawResponse, need_text: bool) -> ParsedStream:
+        if not need_text and raw.reads:
+            fast = FastParser(b"".join(raw.reads), functools.partial(arrival_times, raw))
+            while fast.feed():
+                if fast.finished:
+                    return fast.finish()
         read_ns, reads = retime(raw)
         parser = StreamParser(need_text)
         for t, data in zip(read_ns, reads, strict=True):
@@ -454,7 +466,8 @@ class Runner:
         n = len(p.seq)
         if n:
             self._chunks.extend({
-                "request_idx": [idx] * n, "seq": p.seq, "t_ns": [t - t0 for t in p.t_ns],
+                "request_idx": np.full(n, idx, dtype=np.int32), "seq": p.seq,
+                "t_ns": np.asarray(p.t_ns, dtype=np.int64) - t0,
                 "read_idx": p.read_idx, "nbytes": p.nbytes, "content": p.content,
                 "coalesced": p.coalesced})
         out_tokens, out_source = p.output_tokens

@@ -13,8 +13,11 @@ same read get the same time; content events among them after the first are marke
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 # Keys whose non-empty string value means the event carries generated output.
 _CONTENT_KEYS = (b'"text":', b'"content":', b'"reasoning_content":', b'"arguments":')
@@ -41,14 +44,15 @@ def has_content(payload: bytes) -> bool:
 
 @dataclass(slots=True)
 class ParsedStream:
-    """Per-event columns and per-request facts of one stream."""
+    """Per-event columns (lists from `StreamParser`, arrays from `FastParser`) and per-request
+    facts of one stream."""
 
-    seq: list[int] = field(default_factory=list)
-    t_ns: list[int] = field(default_factory=list)
-    read_idx: list[int] = field(default_factory=list)
-    nbytes: list[int] = field(default_factory=list)
-    content: list[bool] = field(default_factory=list)
-    coalesced: list[bool] = field(default_factory=list)
+    seq: list[int] | np.ndarray = field(default_factory=list)
+    t_ns: list[int] | np.ndarray = field(default_factory=list)
+    read_idx: list[int] | np.ndarray = field(default_factory=list)
+    nbytes: list[int] | np.ndarray = field(default_factory=list)
+    content: list[bool] | np.ndarray = field(default_factory=list)
+    coalesced: list[bool] | np.ndarray = field(default_factory=list)
     num_reads: int = 0
     response_bytes: int = 0
     done: bool = False
@@ -198,27 +202,33 @@ class StreamParser:
             except UnicodeDecodeError as exc:
                 out.error_class = out.error_class or "invalid_utf8"
                 out.error_message = out.error_message or f"invalid UTF-8 at byte {exc.start}"
-        for payload in (*self._data_payloads, *self._tail):
-            try:
-                obj = json.loads(payload)
-            except ValueError as exc:
-                if self._bad_structure is None:
-                    self._bad_structure = f"undecodable JSON event: {exc}"
-                continue
-            if not isinstance(obj, dict):
-                continue
-            if out.response_id is None and isinstance(obj.get("id"), str):
-                out.response_id = obj["id"]
-            if isinstance(obj.get("usage"), dict):
-                out.usage = obj["usage"]
-            for choice in obj.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason"):
-                    out.finish_reason = choice["finish_reason"]
-        if self._bad_structure is not None and out.error_class is None:
-            out.error_class, out.error_message = "malformed_sse", self._bad_structure
+        _facts(out, [*self._data_payloads, *self._tail], self._bad_structure)
         if out.error_class is None and not out.done and out.finish_reason is None:
             out.error_class, out.error_message = "truncated_sse", "stream closed before [DONE]"
         return out
+
+
+def _facts(out: ParsedStream, payloads: list[bytes], bad_structure: str | None) -> None:
+    """Response id, usage and finish reason from the first and last JSON events; an event
+    that does not decode (or an earlier structural problem) makes the stream malformed."""
+    for payload in payloads:
+        try:
+            obj = json.loads(payload)
+        except ValueError as exc:
+            if bad_structure is None:
+                bad_structure = f"undecodable JSON event: {exc}"
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if out.response_id is None and isinstance(obj.get("id"), str):
+            out.response_id = obj["id"]
+        if isinstance(obj.get("usage"), dict):
+            out.usage = obj["usage"]
+        for choice in obj.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                out.finish_reason = choice["finish_reason"]
+    if bad_structure is not None and out.error_class is None:
+        out.error_class, out.error_message = "malformed_sse", bad_structure
 
 
 def parse_reads(read_ns: list[int], reads: list[bytes], need_text: bool = False) -> ParsedStream:
@@ -227,3 +237,150 @@ def parse_reads(read_ns: list[int], reads: list[bytes], need_text: bool = False)
     for t, data in zip(read_ns, reads, strict=True):
         p.feed(t, data)
     return p.finish(b"".join(reads))
+
+
+
+
+def _content_hits(piece: bytes) -> np.ndarray:
+    """Offsets of every content key whose value is a non-empty string (as `has_content`).
+
+    One `split` per key present and array arithmetic, instead of a search per event.
+    """
+    arr = np.frombuffer(piece, dtype=np.uint8)
+    last = len(arr) - 1
+    found = []
+    for key in _CONTENT_KEYS:
+        if key not in piece:
+            continue
+        parts = piece.split(key)
+        lens = np.fromiter(map(len, parts), np.int64, len(parts))[:-1] + len(key)
+        after = np.cumsum(lens)  # just past each occurrence of the key
+        j = after
+        while True:  # JSON may put spaces between the colon and the value
+            space = arr[np.minimum(j, last)] == 32
+            if not space.any():
+                break
+            j = j + space
+        ok = (j < last) & (arr[np.minimum(j, last)] == 34) & (arr[np.minimum(j + 1, last)] != 34)
+        found.append(after[ok])
+    return np.concatenate(found) if found else np.empty(0, np.int64)
+_DONE_EVENT = b"data: [DONE]"
+# Bodies are parsed in pieces of about this size, cut at event boundaries, with a yield to
+# the event loop between pieces (a 32K-token stream must not freeze the other streams).
+FAST_PIECE_BYTES = 256 << 10
+
+# Offsets of event-completing bytes -> (arrival ns, read number of each, reads in the body).
+ArrivalFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, int]]
+
+
+@dataclass(slots=True)
+class _Columns:
+    seq: np.ndarray
+    t_ns: np.ndarray
+    read_idx: np.ndarray
+    nbytes: np.ndarray
+    content: np.ndarray
+
+
+class FastParser:
+    """Whole-body parsing for the common stream shape, in C-level passes instead of per event.
+
+    Applies when every event is one `data: ` line holding a JSON object (or `[DONE]`), with
+    `\\n\\n` terminators, no `\\r`, no error object. `feed()` returns False when a piece is not
+    of that shape; the caller then parses the whole stream with `StreamParser`, which handles
+    everything else (and classifies what is wrong). The result is identical either way.
+    """
+
+    def __init__(self, body: bytes, arrival: ArrivalFn) -> None:
+        self.body = body
+        self._arrival = arrival
+        self._ends: list[np.ndarray] = []  # exclusive end offset of each event, terminator included
+        self._nbytes: list[np.ndarray] = []
+        self._content: list[np.ndarray] = []
+        self._objects: list[bytes] = []  # first and last few JSON payloads
+        self._tail: list[bytes] = []
+        self._done = False
+        self.pos = 0
+
+    def pieces(self) -> int:
+        return max(1, -(-len(self.body) // FAST_PIECE_BYTES))
+
+    def feed(self) -> bool:
+        """Parse the next piece; False if the stream needs the general parser."""
+        body, start = self.body, self.pos
+        stop = len(body)
+        if stop - start > FAST_PIECE_BYTES:
+            cut = body.rfind(b"\n\n", start, start + FAST_PIECE_BYTES)
+            stop = cut + 2 if cut >= 0 else stop
+        piece = body[start:stop]
+        self.pos = stop
+        if b"\r" in piece or b'"error"' in piece or self._done or not piece.endswith(b"\n\n"):
+            return False  # (a final event without its terminator: the general parser says so)
+        # Newlines may only be the terminators' pairs: then every other one ends an event.
+        nl = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10)
+        if len(nl) % 2 or not np.array_equal(nl[1::2] - nl[0::2], np.ones(len(nl) // 2, np.int64)):
+            return False
+        ends = nl[1::2] + 1
+        n = len(ends)
+        starts = np.concatenate(([0], ends[:-1]))
+        # Every event is `data: {...}`, except a last `data: [DONE]` at the very end.
+        done = piece.endswith(b"\n\ndata: [DONE]\n\n") or piece == b"data: [DONE]\n\n"
+        if done and stop != len(body):
+            return False
+        n_obj = n - done
+        if n_obj and not (piece.startswith(b"data: {")
+                          and piece.count(b"}\n\ndata: {") == n_obj - 1
+                          and piece[ends[n_obj - 1] - 3 : ends[n_obj - 1]] == b"}\n\n"):
+            return False
+        self._done = done
+        content = np.zeros(n, dtype=bool)
+        hits = _content_hits(piece)
+        if len(hits):
+            content[np.searchsorted(ends, hits, side="right")] = True
+        if n_obj:
+            if not self._objects:
+                self._objects.append(piece[starts[0] + 6 : ends[0] - 2])
+            last = [piece[starts[i] + 6 : ends[i] - 2] for i in range(max(0, n_obj - 3), n_obj)]
+            self._tail = [*self._tail, *last][-3:]
+        self._ends.append(ends + start)
+        self._nbytes.append(ends - starts - 2)
+        self._content.append(content)
+        return True
+
+    @property
+    def finished(self) -> bool:
+        return self.pos >= len(self.body)
+
+    def finish(self) -> ParsedStream:
+        out = ParsedStream()
+        ends = np.concatenate(self._ends) if self._ends else np.empty(0, np.int64)
+        n = len(ends)
+        t_ns, read_idx, num_reads = self._arrival(ends - 1)
+        content = np.concatenate(self._content) if self._content else np.zeros(0, bool)
+        c_idx = np.flatnonzero(content)
+        coalesced = np.zeros(n, dtype=bool)
+        if len(c_idx) > 1:
+            coalesced[c_idx[1:]] = read_idx[c_idx[1:]] == read_idx[c_idx[:-1]]
+        out.seq = np.arange(n, dtype=np.int32)
+        out.t_ns = t_ns
+        out.read_idx = read_idx
+        out.nbytes = np.concatenate(self._nbytes) if self._nbytes else np.empty(0, np.int64)
+        out.content = content
+        out.coalesced = coalesced
+        out.num_reads = num_reads
+        out.num_content = len(c_idx)
+        out.num_coalesced = int(coalesced.sum())
+        out.done = self._done
+        if n:
+            out.first_chunk_ns, out.last_chunk_ns = int(t_ns[0]), int(t_ns[-1])
+        if len(c_idx):
+            out.first_content_ns, out.last_content_ns = int(t_ns[c_idx[0]]), int(t_ns[c_idx[-1]])
+        out.response_bytes = len(self.body)
+        try:
+            self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            out.error_class, out.error_message = "invalid_utf8", f"invalid UTF-8 at byte {exc.start}"
+        _facts(out, [*self._objects, *self._tail], None)
+        if out.error_class is None and not out.done and out.finish_reason is None:
+            out.error_class, out.error_message = "truncated_sse", "stream closed before [DONE]"
+        return out

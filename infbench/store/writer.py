@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from infbench.store.schema import BULK_TABLES
@@ -50,6 +51,50 @@ class ColumnBuffer:
     def take(self) -> dict[str, list[Any]]:
         out = self.columns
         self.columns = {c: [] for c in self.table.batch_columns}
+        return out
+
+
+_NUMPY = {"BIGINT": np.int64, "INTEGER": np.int32, "DOUBLE": np.float64, "BOOLEAN": np.bool_}
+
+
+class ArrayBuffer:
+    """Rows for a numeric table kept as NumPy column pieces (the per-chunk path).
+
+    Appending a request's chunk columns costs one array conversion per column instead of a
+    Python object per value, and the writer hands whole arrays to Arrow without a per-value
+    loop, so neither the producer nor the writer thread holds the GIL for long.
+    Ownership: the producer appends; `take()` hands the concatenated columns to the writer.
+    """
+
+    def __init__(self, table: str) -> None:
+        self.table = BULK_TABLES[table]
+        types = dict(self.table.columns)
+        missing = [c for c in self.table.batch_columns if types[c] not in _NUMPY]
+        if missing:
+            raise ValueError(f"{table}: column(s) {', '.join(missing)} are not numeric")
+        self._dtypes = {c: _NUMPY[types[c]] for c in self.table.batch_columns}
+        self._pieces: dict[str, list[np.ndarray]] = {c: [] for c in self._dtypes}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def extend(self, cols: dict[str, Any]) -> None:
+        """Append equal-length columns (arrays or lists); every column must be given."""
+        n = len(next(iter(cols.values())))
+        for name, dtype in self._dtypes.items():
+            if name not in cols:
+                raise ValueError(f"{self.table.name}.{name}: missing column")
+            arr = np.asarray(cols[name], dtype=dtype)
+            if arr.shape != (n,):
+                raise ValueError(f"{self.table.name}.{name}: {arr.shape[0] if arr.ndim else 0} values, expected {n}")
+            self._pieces[name].append(arr)
+        self._n += n
+
+    def take(self) -> dict[str, np.ndarray]:
+        out = {c: (np.concatenate(p) if p else np.empty(0, self._dtypes[c])) for c, p in self._pieces.items()}
+        self._pieces = {c: [] for c in self._dtypes}
+        self._n = 0
         return out
 
 
@@ -96,14 +141,14 @@ class BatchWriter:
         self._thread = threading.Thread(target=self._loop, name="infbench-store-writer", daemon=True)
         self._thread.start()
 
-    def put(self, table: str, columns: dict[str, list[Any]]) -> None:
+    def put(self, table: str, columns: dict[str, Any]) -> None:
         """Queue a batch; blocks while `max_pending` batches wait (back-pressure)."""
         if self._error is not None:
             raise RuntimeError(f"store writer failed: {self._error}") from self._error
         if columns and len(next(iter(columns.values()))):
             self._queue.put((table, columns))
 
-    def put_buffer(self, buf: ColumnBuffer) -> None:
+    def put_buffer(self, buf: ColumnBuffer | ArrayBuffer) -> None:
         if len(buf):
             self.put(buf.table.name, buf.take())
 

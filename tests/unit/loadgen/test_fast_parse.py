@@ -1,0 +1,115 @@
+"""The fast whole-body parser must give exactly what the general event-by-event parser gives."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+from infbench.loadgen.client import RawResponse, arrival_times, retime
+from infbench.loadgen.sse import FastParser, ParsedStream, parse_reads
+
+
+def _event(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _stream(rng: np.random.Generator, n_tokens: int, done: bool = True) -> bytes:
+    parts = [_event({"id": "cmpl-7", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
+    for _ in range(n_tokens):
+        text = "" if rng.random() < 0.1 else str(rng.choice([" a", " \"q\"", " text:", "é"]))
+        parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": text, "finish_reason": None}]}))
+    parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+    parts.append(_event({"id": "cmpl-7", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n_tokens}}))
+    if done:
+        parts.append(b"data: [DONE]\n\n")
+    return b"".join(parts)
+
+
+def _recorded(rng: np.random.Generator, body: bytes) -> RawResponse:
+    """Cut the body into random reads; the protocol stamps all but the bytes before `first`."""
+    cuts = np.sort(rng.choice(np.arange(1, len(body)), size=min(len(body) - 1, int(rng.integers(1, 40))),
+                              replace=False))
+    bounds = [0, *cuts.tolist(), len(body)]
+    arrivals = np.cumsum(rng.integers(1, 1000, len(bounds) - 1)).tolist()
+    first = int(rng.integers(0, len(bounds) - 1))  # reads before this one came with the headers
+    log: list[int] = []
+    for i in range(first, len(bounds) - 1):
+        log += [arrivals[i], bounds[i], bounds[i + 1]]
+    # The task saw the bytes in fewer, later reads.
+    task_cuts = bounds[:: int(rng.integers(1, 4))]
+    if task_cuts[-1] != len(body):
+        task_cuts.append(len(body))
+    reads = [body[a:b] for a, b in zip(task_cuts, task_cuts[1:], strict=False)]
+    read_ns = [max(arrivals) + 10 * i for i in range(len(reads))]
+    return RawResponse(send_ns=0, read_ns=read_ns, reads=reads, recv_log=log)
+
+
+def _fast(raw: RawResponse) -> ParsedStream | None:
+    p = FastParser(b"".join(raw.reads), functools.partial(arrival_times, raw))
+    while p.feed():
+        if p.finished:
+            return p.finish()
+    return None
+
+
+def _same_reads(a: list[int] | np.ndarray, b: list[int] | np.ndarray) -> bool:
+    """Read numbering may differ; which events share a read may not."""
+    a, b = np.asarray(a), np.asarray(b)
+    return bool(np.array_equal(np.diff(a) == 0, np.diff(b) == 0))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fast_parser_matches_general_parser(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    raw = _recorded(rng, _stream(rng, int(rng.integers(1, 60)), done=seed % 5 != 0))
+    fast = _fast(raw)
+    assert fast is not None
+    slow = parse_reads(*retime(raw))
+    for name in ("seq", "t_ns", "nbytes", "content", "coalesced"):
+        assert np.array_equal(np.asarray(getattr(fast, name)), np.asarray(getattr(slow, name))), name
+    assert _same_reads(fast.read_idx, slow.read_idx)
+    for name in ("num_content", "num_coalesced", "first_chunk_ns", "first_content_ns", "last_content_ns",
+                 "last_chunk_ns", "response_id", "finish_reason", "usage", "error_class", "done",
+                 "response_bytes"):
+        assert getattr(fast, name) == getattr(slow, name), name
+
+
+def test_fast_parser_works_through_a_long_body_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    import infbench.loadgen.sse as sse
+
+    monkeypatch.setattr(sse, "FAST_PIECE_BYTES", 1000)
+    rng = np.random.default_rng(1)
+    body = _stream(rng, 500)
+    raw = RawResponse(send_ns=0, read_ns=list(range(100, 100 + len(body) // 50 + 1)),
+                      reads=[body[i:i + 50] for i in range(0, len(body), 50)])
+    p = FastParser(body, functools.partial(arrival_times, raw))
+    fed = 0
+    while p.feed():
+        fed += 1
+        if p.finished:
+            break
+    assert p.finished and fed > 10
+    out, slow = p.finish(), parse_reads(raw.read_ns, raw.reads)
+    assert np.array_equal(out.t_ns, slow.t_ns) and out.num_content == slow.num_content
+
+
+@pytest.mark.parametrize("body", [
+    b'data: {"choices":[{"text":"a"}]}\r\n\r\n',                     # CRLF
+    b'event: x\ndata: {"choices":[{"text":"a"}]}\n\n',               # several fields
+    b'data: {not json\n\ndata: [DONE]\n\n',                          # not an object
+    b'data: {"error":{"message":"boom"}}\n\n',                       # error event
+    b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[{"te',   # cut inside an event
+    b'data: [DONE]\n\ndata: {"choices":[{"text":"a"}]}\n\n',         # events after [DONE]
+])
+def test_other_shapes_are_left_to_the_general_parser(body: bytes) -> None:
+    raw = RawResponse(send_ns=0, read_ns=[1], reads=[body])
+    assert _fast(raw) is None
+
+
+def test_invalid_utf8_is_classified_on_the_fast_path() -> None:
+    body = b'data: {"id":"x","choices":[{"text":"\xff"}]}\n\ndata: [DONE]\n\n'
+    out = _fast(RawResponse(send_ns=0, read_ns=[1], reads=[body]))
+    assert out is not None and out.error_class == "invalid_utf8"
