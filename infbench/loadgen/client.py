@@ -12,8 +12,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import selectors
+import socket
+import struct
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import aiohttp
 import numpy as np
@@ -24,6 +29,7 @@ from aiohttp.client_proto import ResponseHandler
 # chunks are buffered, so it is sized far beyond any SSE response.
 READ_BUFSIZE = 256 << 20
 _ERROR_BODY_LIMIT = 2000
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -42,6 +48,114 @@ class RawResponse:
     error_message: str | None = None
 
 
+class TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """Remembers when `select()` last returned.
+
+    Every read handed out by one `select()` was in the kernel by then; the loop then runs
+    their callbacks one after another, so a clock read inside each callback would add the
+    time spent on the reads before it (a millisecond or more when 64 streams' reads come
+    together). Stamping reads with the select's return time removes that.
+    """
+
+    last_ns = 0
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        ready = super().select(timeout)
+        self.last_ns = time.monotonic_ns()
+        return ready
+
+
+def timed_loop() -> asyncio.AbstractEventLoop:
+    """An event loop whose socket reads can be stamped at select time."""
+    return asyncio.SelectorEventLoop(TimedSelector())
+
+
+def run_timed(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run` on a `timed_loop()`."""
+    with asyncio.Runner(loop_factory=timed_loop) as runner:
+        return runner.run(coro)
+
+
+def _read_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], int]:
+    selector = getattr(loop, "_selector", None)
+    if isinstance(selector, TimedSelector):
+        return lambda: selector.last_ns
+    return time.monotonic_ns
+
+
+# Linux: SO_TIMESTAMPNS (asm-generic value; the socket module does not export it) makes the
+# kernel stamp each received packet, and recvmsg() hands back the stamp of the last one read.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_STAMP = struct.Struct("qq")  # struct timespec
+_MAX_STAMP_AGE_NS = 10 * 10**9  # older than this: the wall clock was stepped; do not trust it
+
+
+class StampedSocket(socket.socket):
+    """A socket whose reads carry the kernel's arrival time of the data, on the monotonic clock.
+
+    The stamp is taken when the packet reaches the socket's receive queue, so it does not
+    depend on when the client process is scheduled or how busy its event loop is: a client
+    that is late to read still records when the bytes arrived. The kernel stamps in
+    CLOCK_REALTIME; the offset to CLOCK_MONOTONIC is read at each receive.
+    """
+
+    rx_ns = 0  # arrival of the last read's data (monotonic ns); 0 before the first stamp
+
+    def enable(self) -> bool:
+        try:
+            self.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except OSError:
+            return False
+        return True
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, anc, _, _ = self.recvmsg(bufsize, _CMSG_SPACE, flags)
+        now = time.monotonic_ns()
+        rx = now
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+                sec, nsec = _STAMP.unpack_from(payload)
+                rx = sec * 1_000_000_000 + nsec - _realtime_offset(now)
+                if not now - _MAX_STAMP_AGE_NS < rx <= now:
+                    rx = now
+        self.rx_ns = rx
+        return data
+
+
+_OFFSET_TTL_NS = 50_000_000
+_offset = [0, -_OFFSET_TTL_NS]  # CLOCK_REALTIME - CLOCK_MONOTONIC, and when it was read
+
+
+def _realtime_offset(now: int) -> int:
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC, re-read every 50 ms.
+
+    Read as the tightest of a few back-to-back pairs: a pause between the two clock reads
+    (an interrupt, another thread) would shift every stamp converted with it.
+    """
+    if now - _offset[1] < _OFFSET_TTL_NS:
+        return _offset[0]
+    best_gap, best = None, 0
+    for _ in range(3):
+        m1 = time.monotonic_ns()
+        r = time.time_ns()
+        m2 = time.monotonic_ns()
+        if best_gap is None or m2 - m1 < best_gap:
+            best_gap, best = m2 - m1, r - (m1 + m2) // 2
+    _offset[0], _offset[1] = best, now
+    return best
+
+
+def stamped_socket(addr_info: Any) -> socket.socket:
+    """aiohttp `socket_factory`: a `StampedSocket` where the platform supports it."""
+    family, type_, proto, _, _ = addr_info
+    sock = StampedSocket(family=family, type=type_, proto=proto)
+    if _CMSG_SPACE and sock.enable():
+        return sock
+    sock.close()
+    return socket.socket(family=family, type=type_, proto=proto)
+
+
 class TimedResponseHandler(ResponseHandler):
     """Timestamps every socket read when it arrives, before any task runs.
 
@@ -55,9 +169,27 @@ class TimedResponseHandler(ResponseHandler):
         super().__init__(loop)
         self.recv_log: list[int] | None = None
         self.last_recv_ns = 0  # the latest read, also those before a log is attached
+        self._clock = _read_clock(loop)
+        self.on_end: Callable[[], None] | None = None  # called once when the body ends or fails
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        sock = getattr(sock, "_sock", sock)  # asyncio hands out a TransportSocket wrapper
+        if isinstance(sock, StampedSocket):
+            self._clock = lambda: sock.rx_ns or time.monotonic_ns()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        super().connection_lost(exc)
+        self._ended()
+
+    def _ended(self) -> None:
+        cb, self.on_end = self.on_end, None
+        if cb is not None:
+            cb()
 
     def data_received(self, data: bytes) -> None:
-        t = time.monotonic_ns()
+        t = self._clock()
         self.last_recv_ns = t
         log = self.recv_log
         if log is None or not data:
@@ -68,11 +200,17 @@ class TimedResponseHandler(ResponseHandler):
         super().data_received(data)
         after = payload.total_bytes if payload is not None else -1
         log.extend((t, before, after))
+        if self.on_end is not None and (payload is None or payload.is_eof() or payload.exception() is not None):
+            self._ended()
 
 
 def make_session(concurrency_hint: int, timeout_s: float) -> aiohttp.ClientSession:
     """One session for the whole run; the caller closes it."""
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+    try:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True,
+                                         socket_factory=stamped_socket)
+    except TypeError:  # aiohttp < 3.12: reads are stamped at select time instead
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
     if hasattr(connector, "_factory"):
         # aiohttp builds each connection's protocol from this factory; ours only adds a clock.
         connector._factory = functools.partial(TimedResponseHandler, loop=asyncio.get_event_loop())
@@ -108,11 +246,14 @@ async def stream_post(
     body: bytes,
     headers: dict[str, str],
     raw: RawResponse,
+    pace: Callable[[asyncio.Future[None]], None] | None = None,
 ) -> RawResponse:
     """POST `body` and record the raw stream into `raw`. Never raises for a per-request failure.
 
     Ownership: the caller creates `raw` and keeps it, so that when the task is cancelled
     (the run was interrupted) everything received so far is still in its hands.
+    `pace(fut)`, when given, is handed the future that wakes this task once the body has
+    ended, to resolve it when it suits the caller (see `runner.Pacer`).
     """
     monotonic_ns = time.monotonic_ns
     raw.send_ns = monotonic_ns()
@@ -139,9 +280,19 @@ async def stream_post(
                 # it sleeps until the body is complete and takes it in one piece.
                 total = session.timeout.total
                 try:
-                    # wait_eof() is not covered by aiohttp's own total timeout, unlike reads.
+                    # Waiting here is not covered by aiohttp's own total timeout, unlike reads.
                     left = None if total is None else total - (monotonic_ns() - raw.send_ns) / 1e9
                     async with asyncio.timeout(left):
+                        if pace is not None and not content.is_eof() and content.exception() is None:
+                            ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                            proto.on_end = functools.partial(pace, ended)
+                            try:
+                                await ended
+                            finally:
+                                proto.on_end = None
+                            exc = content.exception()
+                            if exc is not None:
+                                raise exc
                         await content.wait_eof()
                 finally:
                     body = _buffered(content)

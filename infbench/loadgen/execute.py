@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infbench.loadgen.client import run_timed
 from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
 from infbench.loadgen.summary import mark_cooldown, summarize
 from infbench.loadgen.workloads.base import Workload
@@ -78,7 +79,7 @@ def execute_run(
         writer = BatchWriter(con, run_id)
         runner = Runner(settings, workload, writer, t0)
         try:
-            outcome, sig = asyncio.run(_drive(runner, settings, progress))
+            outcome, sig = run_timed(_drive(runner, settings, progress))
         except BaseException as exc:
             try:
                 writer.close()

@@ -30,10 +30,13 @@ from infbench.store.writer import ArrayBuffer, BatchWriter, ColumnBuffer
 
 CHUNK_BATCH_ROWS = 65536
 REQUEST_BATCH_ROWS = 2048
-_PARSE_SLICE = 4096
+_PARSE_SLICE = 4096  # reads parsed between yields to the event loop (per-event parser)
 _SPIN_S = 0.002
 _PREWARM_OPEN_LOOP = 32
-_PREWARM_MAX = 1024  # reads parsed between yields to the event loop
+_PREWARM_MAX = 1024  # connections opened before the clock starts
+# Below this many events the per-event parser is cheaper than the array parser's fixed cost
+# (both give the same result; tests/unit/loadgen/test_fast_parse.py).
+_FAST_MIN_EVENTS = 48
 _CONNECTION_ERRORS = {"connection_refused", "connection_reset", "connection_error"}
 # Finished streams parsed per loop iteration while the backlog is short; a longer backlog
 # (the client is saturated anyway) is worked off in bigger steps so memory stays bounded.
@@ -43,27 +46,31 @@ _BACKLOG_SOFT = 256
 _GC_GEN0_DURING_RUN = 50_000
 
 
-class SendGate:
-    """Lets at most one request start per event-loop iteration.
+class Pacer:
+    """Wakes at most one waiting request task per event-loop iteration.
 
-    When many closed-loop streams finish together, each would build its body and go through
-    aiohttp's request setup in the same iteration; the socket reads that arrive meanwhile are
-    stamped only after all of that. Passing one request per iteration puts a `select()` (and
-    so the arrival stamps) between consecutive request setups. Ownership: one per runner,
-    used only from its event loop.
+    When many closed-loop streams finish together, each task would wake, close its response,
+    build the next body and go through aiohttp's request setup in the same iteration, and the
+    socket reads arriving meanwhile would be stamped only after all of that. Tasks whose
+    stream ended (`enqueue`) and tasks about to send (`turn`) are woken one per iteration
+    instead, so a `select()` and its arrival stamps come between consecutive ones.
+    Ownership: one per runner, used only from its event loop; futures handed in are resolved
+    by it unless already done (cancelled).
     """
 
     def __init__(self) -> None:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._scheduled = False
 
-    async def turn(self) -> None:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+    def enqueue(self, fut: asyncio.Future[None]) -> None:
         self._waiters.append(fut)
         if not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self._release, loop)
+            fut.get_loop().call_soon(self._release, fut.get_loop())
+
+    async def turn(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.enqueue(fut)
         await fut
 
     def _release(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -181,7 +188,7 @@ class Runner:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._consecutive_conn_errors = 0
         self._rng = np.random.default_rng(settings.seed)
-        self._gate = SendGate()
+        self._pacer = Pacer()
         # Finished requests waiting to be parsed and turned into rows (see `_recorder`).
         self._backlog: deque[tuple[int, RequestSpec, int, RawResponse]] = deque()
         self._backlog_ready = asyncio.Event()
@@ -373,14 +380,14 @@ class Runner:
     async def _send(self, spec: RequestSpec, intended_ns: int) -> str | None:
         idx = self._next_idx
         self._next_idx += 1  # claimed before waiting, so the stop-by-count check sees it
-        await self._gate.turn()
+        await self._pacer.turn()
         body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
                           ignore_eos=self.s.ignore_eos, temperature=self.s.temperature)
         raw = RawResponse(send_ns=0)
         self.stats.sent += 1
         self.stats.in_flight += 1
         try:
-            await stream_post(self._session, self._url, body, self._headers, raw)
+            await stream_post(self._session, self._url, body, self._headers, raw, pace=self._pacer.enqueue)
         except asyncio.CancelledError:
             self.stats.in_flight -= 1
             self._backlog.append((idx, spec, intended_ns, raw))  # recorded by _flush_all
@@ -401,7 +408,7 @@ class Runner:
         return parsed.text if ok else None
 
     async def _recorder(self) -> None:
-        """Parse finished streams into rows, one per loop iteration while the backlog is short.
+        """Parse finished streams into rows, one per pacer turn while the backlog is short.
 
         Ownership: the only consumer of `_backlog` during the run; `_flush_all` drains what is
         left (also after an interruption), so nothing received is lost.
@@ -412,12 +419,13 @@ class Runner:
             self._backlog_ready.clear()
             while backlog:
                 n = 1 if len(backlog) < _BACKLOG_SOFT else len(backlog) // 16
+                # One unit of work per loop iteration, taking turns with request tasks.
+                await self._pacer.turn()
                 for _ in range(n):
                     idx, spec, intended_ns, raw = backlog[0]
                     parsed = await self._parse(raw)  # cancelled here: still queued, _flush_all has it
                     backlog.popleft()
                     self._record(idx, spec, intended_ns, raw, parsed)
-                await asyncio.sleep(0)
 
     def _note_connection(self, error_class: str | None) -> None:
         if error_class is None or error_class not in _CONNECTION_ERRORS:
@@ -429,26 +437,36 @@ class Runner:
                            f"connection failures in a row, last: {error_class})")
 
     async def _parse(self, raw: RawResponse) -> ParsedStream:
-        if not self.workload.needs_text and raw.reads:
-            fast = FastParser(b"".join(raw.reads), functools.partial(arrival_times, raw))
+        fast = self._fast_parser(raw, self.workload.needs_text)
+        if fast is not None:
             while fast.feed():
                 if fast.finished:
                     return fast.finish()
                 await asyncio.sleep(0)  # a 32K-token stream must not freeze the other streams' clocks
         read_ns, reads = retime(raw)
         if len(reads) <= _PARSE_SLICE:
-            return self._parse_now(raw, self.workload.needs_text)
+            return self._parse_now(raw, self.workload.needs_text, try_fast=False)
         parser = StreamParser(self.workload.needs_text)
         for i in range(0, len(reads), _PARSE_SLICE):
             for t, data in zip(read_ns[i : i + _PARSE_SLICE], reads[i : i + _PARSE_SLICE], strict=True):
                 parser.feed(t, data)
-            await asyncio.sleep(0)  # a 32K-token stream must not freeze the other streams' clocks
+            await asyncio.sleep(0)
         return parser.finish(b"".join(reads))
 
     @staticmethod
-    def _parse_now(raw: RawResponse, need_text: bool) -> ParsedStream:
-        if not need_text and raw.reads:
-            fast = FastParser(b"".join(raw.reads), functools.partial(arrival_times, raw))
+    def _fast_parser(raw: RawResponse, need_text: bool) -> FastParser | None:
+        """The array parser for streams long enough to repay its fixed cost, else None."""
+        if need_text or not raw.reads:
+            return None
+        body = raw.reads[0] if len(raw.reads) == 1 else b"".join(raw.reads)
+        if body.count(b"\n\n") < _FAST_MIN_EVENTS:
+            return None
+        return FastParser(body, functools.partial(arrival_times, raw))
+
+    @classmethod
+    def _parse_now(cls, raw: RawResponse, need_text: bool, try_fast: bool = True) -> ParsedStream:
+        fast = cls._fast_parser(raw, need_text) if try_fast else None
+        if fast is not None:
             while fast.feed():
                 if fast.finished:
                     return fast.finish()

@@ -3,6 +3,8 @@
 The server (its own process) logs the monotonic time of every event write; on one host that
 clock is the client's. Every content chunk the client records must be within 1 ms of the
 server's write at p99, with 64 streams in flight, so TTFT and ITL are within 1 ms too.
+One attempt, no retries: on Linux reads carry the kernel's arrival stamps, so the client's
+own scheduling does not enter the measurement.
 """
 
 from __future__ import annotations
@@ -29,18 +31,8 @@ pytestmark = pytest.mark.e2e
 TTFT_MS, ITL_MS, TOKENS, STREAMS = 50.0, 20.0, 16, 64
 
 
-ATTEMPTS = 3
-
-
 def test_ttft_and_itl_within_1ms_of_truth_at_64_streams(tmp_path: Path) -> None:
-    failures = []
-    for attempt in range(ATTEMPTS):
-        try:
-            _one_attempt(tmp_path / f"t{attempt}.duckdb")
-            return
-        except AssertionError as exc:
-            failures.append(str(exc).splitlines()[0])
-    pytest.fail(f"timestamps off by more than 1 ms at p99 in all {ATTEMPTS} attempts: {failures}")
+    _one_attempt(tmp_path / "t.duckdb")
 
 
 def _one_attempt(db: Path) -> None:

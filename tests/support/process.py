@@ -50,3 +50,4 @@ def serving(args: list[str], timeout_s: float = 20.0, nice: int = 0) -> Iterator
 
 def sse_server(*flags: str, nice: int = 0) -> contextlib.AbstractContextManager[str]:
     return serving([str(SSE_SERVER), "--port", "0", *flags], nice=nice)
+
