@@ -67,3 +67,37 @@ def _one_attempt(db: Path) -> None:
     assert np.percentile(chunk_err, 99) < 1.0, f"chunk delay p99 {np.percentile(chunk_err, 99):.3f} ms"
     # And the measured ITL is the schedule the server kept (not read batching).
     assert result.summary["coalesced_fraction"] < 0.01
+
+
+WIDE_STREAMS, WIDE_TOKENS, WIDE_ITL_MS = 256, 64, 10.0
+
+
+def test_client_adds_little_to_ttft_at_256_streams(tmp_path: Path) -> None:
+    """256 lock-step streams start and finish together; the client's share of TTFT stays small.
+
+    The client's share is the measured TTFT minus the server's own (first write minus the
+    moment the server had read the request): request setup and sending on the way out,
+    stamping on the way back. Peers added 300 ms (AIPerf) to 1 s (guidellm) at p99 here.
+    """
+    db = tmp_path / "w.duckdb"
+    with sse_server("--ttft-ms", str(TTFT_MS), "--itl-ms", str(WIDE_ITL_MS), "--log-timing", nice=10) as url:
+        target = asyncio.run(preflight(url, "completions", None, None))
+        settings = RunSettings(url=target.url, endpoint="completions", model=target.model,
+                               arrivals=Arrivals("closed", concurrency=WIDE_STREAMS),
+                               num_requests=WIDE_STREAMS * 2)
+        wl = Synthetic(LengthDist.parse("64", "in"), LengthDist.parse(str(WIDE_TOKENS), "out"), target.tokens)
+        result = execute_run(settings, wl, db, {"test": "wide"})
+        with urllib.request.urlopen(url + "/_log") as resp:
+            writes: dict[str, list[int]] = json.loads(resp.read())
+        with urllib.request.urlopen(url + "/_arrivals") as resp:
+            arrivals: dict[str, int] = json.loads(resp.read())
+    assert result.summary["completed"] == WIDE_STREAMS * 2
+    con = open_store(db, read_only=True)
+    t0 = con.execute("SELECT t0_monotonic_ns FROM runs").fetchone()[0]
+    rows = con.execute("SELECT server_request_id, send_ns, first_content_ns FROM requests").fetchall()
+    con.close()
+    added = np.array([((first - send) - (writes[rid][0] - arrivals[rid])) / 1e6 for rid, send, first in rows])
+    stamp_delay = np.array([(first + t0 - writes[rid][0]) / 1e6 for rid, _, first in rows])
+    assert added.min() > 0  # the client's share includes the way out and back: never negative
+    assert np.percentile(stamp_delay, 99) < 1.0, f"first-chunk stamp delay p99 {np.percentile(stamp_delay, 99):.3f} ms"
+    assert np.percentile(added, 99) < 20.0, f"client-added TTFT p99 {np.percentile(added, 99):.2f} ms"

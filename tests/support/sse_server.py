@@ -8,7 +8,9 @@ arrived, then one every ``itl`` (0/0 = as fast as the socket takes them, yieldin
 streams after each write so streams interleave as in a real engine step). With
 ``--log-timing`` the server keeps the monotonic time of each event write, served at
 ``GET /_log`` keyed by the ``x-request-id`` it returned: that is the truth a timing test
-compares the client's timestamps against (same host, same CLOCK_MONOTONIC).
+compares the client's timestamps against (same host, same CLOCK_MONOTONIC). ``GET /_arrivals``
+gives, by the same key, when the server had read each request, so a test can split a
+measured TTFT into the server's part and the client's.
 
 ``--faults MODE:N,...`` makes every N-th request (by arrival order) misbehave:
 ``http500``, ``http429``, ``malformed`` (a non-JSON event mid-stream), ``truncate`` (connection
@@ -42,6 +44,7 @@ class Server:
             self.faults.append((mode, int(every)))
         self.counter = 0
         self.timing: dict[str, list[int]] = {}
+        self.arrivals: dict[str, int] = {}
         self.completed = 0
         self.running = 0
 
@@ -109,6 +112,9 @@ class Server:
         if path == "/_log":
             self.send_json(writer, 200, self.timing)
             return True
+        if path == "/_arrivals":
+            self.send_json(writer, 200, self.arrivals)
+            return True
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             return await self.completion(path, json.loads(body), writer)
         self.error(writer, 404, f"no route {path}", "not_found")
@@ -163,6 +169,8 @@ class Server:
             return False
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         log = self.timing.setdefault(rid, []) if self.args.log_timing else None
+        if self.args.log_timing:
+            self.arrivals[rid] = arrival
         self.running += 1
         try:
             ok = await self.stream(writer, chat, cid, max_tokens, prompt_tokens, include_usage,
