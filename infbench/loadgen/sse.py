@@ -256,12 +256,14 @@ def _content_hits(piece: bytes) -> np.ndarray:
         lens = np.fromiter(map(len, parts), np.int64, len(parts))[:-1] + len(key)
         after = np.cumsum(lens)  # just past each occurrence of the key
         j = after
-        while True:  # JSON may put spaces between the colon and the value
-            space = arr[np.minimum(j, last)] == 32
-            if not space.any():
-                break
-            j = j + space
-        ok = (j < last) & (arr[np.minimum(j, last)] == 34) & (arr[np.minimum(j + 1, last)] != 34)
+        if key + b" " in piece:
+            while True:  # JSON may put spaces between the colon and the value
+                space = arr[np.minimum(j, last)] == 32
+                if not space.any():
+                    break
+                j = j + space
+        j = np.minimum(j, last - 1)  # a key at the very end has no value: arr[last] is a newline
+        ok = (arr[j] == 34) & (arr[j + 1] != 34)
         found.append(after[ok])
     return np.concatenate(found) if found else np.empty(0, np.int64)
 _DONE_EVENT = b"data: [DONE]"
@@ -317,10 +319,9 @@ class FastParser:
         if b"\r" in piece or b'"error"' in piece or self._done or not piece.endswith(b"\n\n"):
             return False  # (a final event without its terminator: the general parser says so)
         # Newlines may only be the terminators' pairs: then every other one ends an event.
-        nl = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10)
-        if len(nl) % 2 or not np.array_equal(nl[1::2] - nl[0::2], np.ones(len(nl) // 2, np.int64)):
+        if piece.count(b"\n") != 2 * piece.count(b"\n\n") or b"\n\n\n" in piece:
             return False
-        ends = nl[1::2] + 1
+        ends = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10)[1::2] + 1
         n = len(ends)
         starts = np.concatenate(([0], ends[:-1]))
         # Every event is `data: {...}`, except a last `data: [DONE]` at the very end.
@@ -369,7 +370,7 @@ class FastParser:
         out.coalesced = coalesced
         out.num_reads = num_reads
         out.num_content = len(c_idx)
-        out.num_coalesced = int(coalesced.sum())
+        out.num_coalesced = int(np.count_nonzero(coalesced))
         out.done = self._done
         if n:
             out.first_chunk_ns, out.last_chunk_ns = int(t_ns[0]), int(t_ns[-1])
