@@ -21,6 +21,8 @@ from infbench.loadgen.summary import mark_cooldown, summarize
 from infbench.loadgen.workloads.base import Workload
 from infbench.store import BatchWriter, create_run, finish_run, new_run_id, open_store
 
+STORE_MEMORY_LIMIT = "64MB"
+
 ProgressHook = Callable[[LiveStats, RunSettings], Awaitable[None]]
 
 
@@ -72,6 +74,9 @@ def execute_run(
         raise ValueError("config: the API key must never be part of the stored configuration")
     con = open_store(db_path)
     try:
+        # DuckDB's buffer pool would otherwise grow with the run (80% of RAM by default); its
+        # pages are file-backed, so a cap costs re-reads, never data.
+        con.execute(f"SET memory_limit = '{STORE_MEMORY_LIMIT}'")
         run_id = new_run_id()
         t0 = time.monotonic_ns()
         create_run(con, run_id=run_id, config=config, target_url=settings.url, model=settings.model,

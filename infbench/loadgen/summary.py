@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+import numpy as np
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
@@ -45,6 +46,75 @@ def _stats(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], name: st
     for p, v in zip(PERCENTILES, row[3] or [None] * len(PERCENTILES), strict=True):
         out[f"p{_pkey(p)}_{name}_ms"] = v
     out[f"max_{name}_ms"] = row[5]
+    return out
+
+
+# ITL statistics are built from a histogram at 1 us resolution, filled a slice of requests at a
+# time: the window over every chunk of a run (and an exact quantile over every gap) would
+# need memory in proportion to the run's length. Slices hold about this many chunks.
+ITL_SLICE_CHUNKS = 500_000
+
+
+def _itl_stats(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, float | None]:
+    """mean/median/std/percentiles/max of the gaps between content chunks, as `_stats` gives.
+
+    Quantiles interpolate like quantile_cont over gaps rounded to 1 us; mean, std and max use
+    the exact nanosecond gaps. Memory is bounded by one slice plus the distinct 1 us values.
+    """
+    bounds = con.execute(
+        f"SELECT min(request_idx), max(request_idx), sum(num_chunks) FROM requests WHERE run_id = ? AND {_OK}",
+        [run_id],
+    ).fetchone()
+    hist: dict[int, int] = {}
+    n, total, total_sq, top = 0, 0.0, 0.0, None
+    if bounds is not None and bounds[0] is not None:
+        lo, hi, chunks = int(bounds[0]), int(bounds[1]), int(bounds[2] or 0)
+        per_request = max(1.0, chunks / max(1, hi - lo + 1))
+        step = max(1, int(ITL_SLICE_CHUNKS / per_request))
+        for a in range(lo, hi + 1, step):
+            rows = con.execute(
+                """WITH ok AS (SELECT request_idx FROM requests
+                               WHERE run_id = $run AND phase = 'measure' AND error_class IS NULL
+                                 AND request_idx >= $a AND request_idx < $b),
+                        gaps AS (SELECT t_ns - lag(t_ns) OVER (PARTITION BY request_idx ORDER BY seq) AS g
+                                 FROM chunks SEMI JOIN ok USING (request_idx)
+                                 WHERE run_id = $run AND content AND request_idx >= $a AND request_idx < $b)
+                   SELECT CAST(round(g / 1e3) AS BIGINT), count(*), sum(g / 1e6), sum((g / 1e6) ^ 2), max(g)
+                   FROM gaps WHERE g IS NOT NULL GROUP BY 1""",
+                {"run": run_id, "a": a, "b": a + step},
+            ).fetchall()
+            for us, cnt, s1, s2, mx in rows:
+                hist[us] = hist.get(us, 0) + cnt
+                n += cnt
+                total += s1
+                total_sq += s2
+                top = mx if top is None or mx > top else top
+    out: dict[str, float | None] = {}
+    if not n:
+        for key in ("mean", "median", "std"):
+            out[f"{key}_itl_ms"] = None
+        for p in PERCENTILES:
+            out[f"p{_pkey(p)}_itl_ms"] = None
+        out["max_itl_ms"] = None
+        return out
+    values = np.array(sorted(hist), dtype=np.float64)
+    cum = np.cumsum([hist[int(v)] for v in values])
+    mean = total / n
+
+    def quantile(q: float) -> float:
+        # quantile_cont: linear interpolation between order statistics floor(h) and ceil(h).
+        h = (n - 1) * q
+        lo_i, hi_i = int(np.floor(h)), int(np.ceil(h))
+        v_lo = values[np.searchsorted(cum, lo_i, side="right")]
+        v_hi = values[np.searchsorted(cum, hi_i, side="right")]
+        return float(v_lo + (v_hi - v_lo) * (h - lo_i)) / 1e3
+
+    out["mean_itl_ms"] = mean
+    out["median_itl_ms"] = quantile(0.5)
+    out["std_itl_ms"] = float(np.sqrt(max(0.0, total_sq / n - mean * mean)))
+    for p in PERCENTILES:
+        out[f"p{_pkey(p)}_itl_ms"] = quantile(p / 100)
+    out["max_itl_ms"] = float(top) / 1e6 if top is not None else None
     return out
 
 
@@ -96,11 +166,7 @@ def summarize(
     for name, col in (("ttft", "ttft_ms"), ("ttft_intended", "ttft_intended_ms"), ("tpot", "tpot_ms"),
                       ("e2el", "e2e_ms"), ("e2el_intended", "e2e_intended_ms")):
         s.update(_stats(con, base.format(col=col), [run_id], name))
-    itl_sql = (
-        "SELECT i.itl_ms AS x FROM itl i JOIN requests r USING (run_id, request_idx) "
-        f"WHERE i.run_id = ? AND r.{_OK.replace(' AND ', ' AND r.')}"
-    )
-    s.update(_stats(con, itl_sql, [run_id], "itl"))
+    s.update(_itl_stats(con, run_id))
     coalesced, content = int(r[9] or 0), int(r[10] or 0)
     s["coalesced_chunks"] = coalesced
     s["coalesced_fraction"] = coalesced / content if content else 0.0
