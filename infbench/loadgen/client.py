@@ -100,7 +100,7 @@ class StampedSocket(socket.socket):
     CLOCK_REALTIME; the offset to CLOCK_MONOTONIC is read at each receive.
     """
 
-    rx_ns = 0  # arrival of the last read's data (monotonic ns); 0 before the first stamp
+    rx_ns = 0  # arrival of the last read's data (monotonic ns); 0 when the kernel gave none
 
     def enable(self) -> bool:
         try:
@@ -112,13 +112,13 @@ class StampedSocket(socket.socket):
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data, anc, _, _ = self.recvmsg(bufsize, _CMSG_SPACE, flags)
         now = time.monotonic_ns()
-        rx = now
+        rx = 0  # none: the kernel enables stamping lazily, so the first packets may have none
         for level, kind, payload in anc:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
                 sec, nsec = _STAMP.unpack_from(payload)
                 rx = sec * 1_000_000_000 + nsec - _realtime_offset(now)
                 if not now - _MAX_STAMP_AGE_NS < rx <= now:
-                    rx = now
+                    rx = 0
         self.rx_ns = rx
         return data
 
@@ -177,7 +177,8 @@ class TimedResponseHandler(ResponseHandler):
         sock = transport.get_extra_info("socket")
         sock = getattr(sock, "_sock", sock)  # asyncio hands out a TransportSocket wrapper
         if isinstance(sock, StampedSocket):
-            self._clock = lambda: sock.rx_ns or time.monotonic_ns()
+            fallback = self._clock
+            self._clock = lambda: sock.rx_ns or fallback()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)
