@@ -26,8 +26,10 @@ Tables (schema version 1)
     content-carrying chunk). ``response_id`` is the id the server gave the completion and
     ``server_request_id`` its ``x-request-id`` header, for joining with server logs.
 ``chunks``
-    One row per SSE event. ``t_ns`` is when the socket read that completed the event returned;
-    ``read_idx`` numbers those reads within the request, so several events that arrived in one
+    One row per SSE event. ``t_ns`` is when the bytes that completed the event arrived: the
+    kernel's receive stamp on Linux (``SO_TIMESTAMPNS``, moved to the monotonic clock), else
+    the moment the event loop saw the socket readable. ``read_idx`` numbers the reads that
+    complete events within the request, so several events that arrived in one
     read share a ``read_idx`` and ``coalesced`` is true for every content chunk that arrived in
     the same read as the previous content chunk (its ITL is 0 ms because the client could not
     tell the events apart, not because the server sent them at once).
