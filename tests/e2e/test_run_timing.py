@@ -78,8 +78,23 @@ def test_client_adds_little_to_ttft_at_256_streams(tmp_path: Path) -> None:
     The client's share is the measured TTFT minus the server's own (first write minus the
     moment the server had read the request): request setup and sending on the way out,
     stamping on the way back. Peers added 300 ms (AIPerf) to 1 s (guidellm) at p99 here.
+
+    The way-out share ends when the server's handler starts, so it also holds the (niced)
+    server process's own wait for a CPU: a busy neighbour on a 2-core machine inflates it
+    with no fault of the client's. Hence up to three attempts, where the 64-stream test,
+    which compares kernel arrival stamps only, needs one.
     """
-    db = tmp_path / "w.duckdb"
+    failures = []
+    for attempt in range(3):
+        try:
+            _wide_attempt(tmp_path / f"w{attempt}.duckdb")
+            return
+        except AssertionError as exc:
+            failures.append(str(exc).splitlines()[0])
+    pytest.fail(f"client-added TTFT too high in all 3 attempts: {failures}")
+
+
+def _wide_attempt(db: Path) -> None:
     with sse_server("--ttft-ms", str(TTFT_MS), "--itl-ms", str(WIDE_ITL_MS), "--log-timing", nice=10) as url:
         target = asyncio.run(preflight(url, "completions", None, None))
         settings = RunSettings(url=target.url, endpoint="completions", model=target.model,
