@@ -18,6 +18,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from itertools import repeat
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -48,6 +49,31 @@ def _chunk_size(line: bytes) -> int:
 
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _HEX_SET = frozenset(_HEX_DIGITS)
+
+
+def _split_chunked(buf: bytearray, pos: int, segs: list[int]) -> bytes | None:
+    """The whole rest of a complete chunked body in one C-level split, or None.
+
+    Works when no chunk's data contains CRLF and there are no extensions or trailers (the
+    usual SSE stream): the body then splits on CRLF into size, data, size, data, ..., "0",
+    "", "" and every size must equal its data's length. Anything else returns None and the
+    chunk-by-chunk walk decides. Appends (wire offset, length) pairs to `segs` on success.
+    """
+    parts = bytes(buf[pos:]).split(b"\r\n")
+    if len(parts) < 3 or len(parts) % 2 == 0 or parts[-3:] != [b"0", b"", b""]:
+        return None
+    sizes, datas = parts[0:-3:2], parts[1:-3:2]
+    try:
+        if list(map(int, sizes, repeat(16))) != list(map(len, datas)):
+            return None
+    except ValueError:
+        return None
+    if b"".join(sizes).translate(None, _HEX_DIGITS):  # int() also takes " a", "+a", "0xa"
+        return None
+    lens = np.fromiter(map(len, parts), np.int64, len(parts))
+    starts = pos + np.concatenate(([0], np.cumsum(lens + 2)[:-1]))
+    segs.extend(np.stack([starts[1:-3:2], lens[1:-3:2]], axis=1).ravel().tolist())
+    return b"".join(datas)
 
 
 def _decode_chunked(buf: bytearray, start: int, state: list[int], segs: list[int]) -> int:
@@ -124,6 +150,7 @@ class _Conn(asyncio.Protocol):
         self.body_end = -1  # wire offset where the body ends, once it has
         self.segs: list[int] = []
         self._walk = [0]
+        self._joined: bytes | None = None  # the payload, when the one-split path decoded it
         self.keep_alive = True
         self.on_end: Callable[[], None] | None = None
         self.active = False
@@ -157,9 +184,14 @@ class _Conn(asyncio.Protocol):
                 # Most SSE chunks end in "\n\n\r\n"; only a tail that could be the terminal
                 # chunk or a trailer's end makes the walk run (from where it stopped).
                 if buf.endswith(b"\r\n\r\n"):
-                    end = _decode_chunked(buf, self.head_end, self._walk, self.segs)
-                    if end >= 0:
-                        self.body_end = end
+                    if self._walk[0] == 0 and buf.endswith(b"\r\n0\r\n\r\n"):
+                        self._joined = _split_chunked(buf, self.head_end, self.segs)
+                        if self._joined is not None:
+                            self.body_end = len(buf)
+                    if self._joined is None:
+                        end = _decode_chunked(buf, self.head_end, self._walk, self.segs)
+                        if end >= 0:
+                            self.body_end = end
             elif self.length is not None and len(buf) - self.head_end >= self.length:
                 self.body_end = self.head_end + self.length
         except ProtocolError as exc:
@@ -247,13 +279,16 @@ class _Conn(asyncio.Protocol):
             if not self.segs:
                 return b"", []
             segs = np.asarray(self.segs, dtype=np.int64).reshape(-1, 2)
-            # The payload bytes are those inside data segments: a mask from the segment edges.
-            edges = np.zeros(len(buf) + 1, np.int8)
-            edges[segs[:, 0]] = 1  # a header always separates one segment's end from the next start
-            edges[segs[:, 0] + segs[:, 1]] = -1
-            wire = np.frombuffer(buf, np.uint8)
-            body = wire[np.cumsum(edges[:-1], dtype=np.int8) > 0].tobytes()
-            del wire
+            if self._joined is not None:
+                body = self._joined
+            else:
+                # The payload bytes are those inside data segments: a mask from the segment edges.
+                edges = np.zeros(len(buf) + 1, np.int8)
+                edges[segs[:, 0]] = 1  # a header always separates one segment's end from the next start
+                edges[segs[:, 0] + segs[:, 1]] = -1
+                wire = np.frombuffer(buf, np.uint8)
+                body = wire[np.cumsum(edges[:-1], dtype=np.int8) > 0].tobytes()
+                del wire
             pay_start = np.concatenate(([0], np.cumsum(segs[:, 1])))
             # A read ending inside (or after) a data segment covers the payload up to there.
             j = np.searchsorted(segs[:, 0], ends, side="right") - 1

@@ -333,3 +333,15 @@ def test_chunked_decoding_matches_the_payload_however_the_reads_fall(
         off += len(c) + 2
     wire_ends = [b for b in bounds if b > len(CHUNKED_HEAD)] if chunks else []  # no payload: no pieces
     assert [p[2] for p in pieces] == [sum(1 for d in data_pos if d < e) for e in wire_ends]
+
+
+@pytest.mark.parametrize("data", [[b"a\r\nb", b"c"], [b"x\r\n0\r\n\r\n", b"y"], [b"\r\n"]])
+def test_chunk_data_containing_crlf_or_a_fake_terminator(data: list[bytes]) -> None:
+    """Data bytes are data, whatever they look like: the framing is followed from the start."""
+    wire = CHUNKED_HEAD + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in data) + b"0\r\n\r\n"
+    conn = _Conn(None, lambda: 1)
+    conn.active = True
+    for i in range(len(wire)):  # one byte per read: every tail the end check can see
+        conn.data_received(wire[i:i + 1])
+        assert conn.complete() == (i == len(wire) - 1)
+    assert conn.payload()[0] == b"".join(data)
