@@ -93,7 +93,7 @@ def run(
     endpoint: str = typer.Option("completions", help="completions | chat"),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
     workload: str = typer.Option("synthetic", help=" | ".join(WORKLOADS)),
-    input_tokens: str = typer.Option("uniform:256:1024", help="Input length: 512, uniform:A:B, normal:MEAN:STD, lognormal:MEDIAN:SIGMA (per turn for multiturn, suffix for prefix)."),
+    input_tokens: str = typer.Option("uniform:256:1024", help="Input length: 512, uniform:LOW:HIGH, normal:MEAN:STD, lognormal:MEDIAN:SIGMA (per turn for multiturn, suffix for prefix)."),
     output_tokens: str = typer.Option("uniform:64:256", help="Output length (max_tokens), same forms."),
     prefix_groups: int = typer.Option(4, help="prefix: number of shared-prefix groups."),
     prefix_tokens: int = typer.Option(512, help="prefix: tokens in each group's shared prefix."),
