@@ -27,3 +27,15 @@ def parse_slo(text: str | None) -> dict[str, float]:
             raise ValueError(f"slo: {key}={value!r} is not a duration like 500ms or 2s")
         out[key] = float(m.group(1)) * _UNITS[m.group(2) or "ms"]
     return out
+
+
+# Each objective as a condition on the store's `request_latency` view. TTFT and e2e are taken
+# from the intended send, so a client that fell behind its schedule cannot hide a miss.
+_SLO_COLUMNS = {"ttft": "ttft_intended_ms", "tpot": "coalesce(tpot_ms, 0)", "e2el": "e2e_intended_ms"}
+
+
+def slo_condition_sql(slo: dict[str, float]) -> str:
+    """A SQL condition over `request_latency` that a request meeting every objective satisfies."""
+    if not slo:
+        raise ValueError("slo: no objectives given")
+    return " AND ".join(f"{_SLO_COLUMNS[k]} <= {float(v)!r}" for k, v in slo.items())

@@ -15,6 +15,8 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from infbench.loadgen.slo import slo_condition_sql
+
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 # Thresholds for calling a run client-bound (documented in the summary it produces).
@@ -179,15 +181,8 @@ def summarize(
     s["errors"] = {k: v for k, v in errs}
 
     if slo:
-        conds = []
-        if "ttft" in slo:
-            conds.append(f"ttft_intended_ms <= {slo['ttft']}")
-        if "tpot" in slo:
-            conds.append(f"coalesce(tpot_ms, 0) <= {slo['tpot']}")
-        if "e2el" in slo:
-            conds.append(f"e2e_intended_ms <= {slo['e2el']}")
         good = q(
-            f"SELECT count(*) FROM request_latency WHERE run_id = ? AND {_OK} AND {' AND '.join(conds)}",
+            f"SELECT count(*) FROM request_latency WHERE run_id = ? AND {_OK} AND {slo_condition_sql(slo)}",
             [run_id],
         ).fetchone()
         n_good = int(good[0]) if good else 0

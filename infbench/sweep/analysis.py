@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from infbench.loadgen.slo import slo_condition_sql
 from infbench.specs import get_gpu, get_model
 from infbench.specs.throughput import roofline_report
 
@@ -63,15 +64,8 @@ def point_result(con: duckdb.DuckDBPyConnection, idx: int, run_id: str, kind: st
         mean_batch = s["output_throughput"] * s["mean_itl_ms"] / 1e3  # Little's law on tokens
     goodput = None
     if slo:
-        conds = []
-        if "ttft" in slo:
-            conds.append(f"ttft_intended_ms <= {float(slo['ttft'])}")
-        if "tpot" in slo:
-            conds.append(f"coalesce(tpot_ms, 0) <= {float(slo['tpot'])}")
-        if "e2el" in slo:
-            conds.append(f"e2e_intended_ms <= {float(slo['e2el'])}")
         good = con.execute(f"SELECT count(*) FROM request_latency WHERE run_id = ? AND phase = 'measure' "
-                           f"AND error_class IS NULL AND {' AND '.join(conds)}", [run_id]).fetchone()
+                           f"AND error_class IS NULL AND {slo_condition_sql(slo)}", [run_id]).fetchone()
         goodput = (int(good[0]) if good else 0) / max(float(s.get("duration") or 0.0), 1e-9)
     return PointResult(idx, run_id, kind, value, float(s.get("request_throughput", 0.0)),
                        float(s.get("output_throughput", 0.0)), s.get("p50_ttft_ms"), s.get("p99_ttft_ms"),
