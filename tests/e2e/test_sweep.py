@@ -26,9 +26,11 @@ def test_sweep_knee_matches_roofline(tmp_path: Path) -> None:
     roof, line = res["roofline"], res["step_line"]
     assert line["source"] == "engine_steps"
     # The sim engine follows the roofline plus a fixed 0.5 ms per step.
-    assert roof["slope_ratio"] == pytest.approx(1.0, abs=0.15)
-    assert roof["measured_knee_batch_without_overhead"] == pytest.approx(roof["roofline_knee_batch"], rel=0.2)
-    assert res["goodput_max"] is not None
+    # Messages carry the fit, so a failure on a noisy machine says what was measured.
+    assert roof["slope_ratio"] == pytest.approx(1.0, abs=0.15), (roof, line)
+    assert roof["measured_knee_batch_without_overhead"] == pytest.approx(
+        roof["roofline_knee_batch"], rel=0.2), (roof, line)
+    assert res["goodput_max"] is not None, res["points"]
     con = duckdb.connect(str(db), read_only=True)
     try:
         linked = con.execute("SELECT count(*) FROM sweep_points JOIN runs USING (run_id)").fetchone()[0]
