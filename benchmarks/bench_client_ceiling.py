@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 import aiohttp
 import duckdb
 import numpy as np
+from machine_info import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,23 +51,7 @@ MODEL = "test-model"
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kb / 1e6:.0f} GB RAM"
-    except (OSError, ValueError, IndexError):
-        pass
-    return (f"{cpu}, {os.cpu_count()} logical CPUs{mem}; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}, aiohttp {aiohttp.__version__}, duckdb {duckdb.__version__}; "
-            f"load average at start {os.getloadavg()[0]:.2f}")
+    return describe(f"aiohttp {aiohttp.__version__}", f"duckdb {duckdb.__version__}")
 
 
 # -- the bare reader: the floor any client pays -------------------------------------------

@@ -16,12 +16,12 @@ benchmarks/results/engine_sim.md with the machine description.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import threading
 import time
 from pathlib import Path
+
+from machine_info import describe
 
 from reference_engine.config import EngineConfig
 from reference_engine.engine import Engine
@@ -126,18 +126,7 @@ def bookkeeping(num_seqs: int, steps: int) -> dict[str, float]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
-    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}; load average at start "
-            f"{', '.join(f'{x:.2f}' for x in load)}")
+    return describe()
 
 
 def main() -> int:

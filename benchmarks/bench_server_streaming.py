@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from machine_info import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "server_streaming.md"
@@ -95,11 +94,7 @@ async def run_level(url: str, concurrency: int, output_len: int) -> Row:
 
 
 def machine() -> str:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
-            f"Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
-            f"{platform.system()} {platform.release()}; 1-minute load average at start "
-            f"{load:.2f}")
+    return describe(f"aiohttp {aiohttp.__version__}")
 
 
 def main() -> None:

@@ -18,8 +18,6 @@ benchmarks/results/torch_batching.md with the machine description.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import random
 import statistics
 import sys
@@ -29,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from machine_info import describe
 
 # Run as a script from anywhere: import the checkout this file belongs to, not whatever
 # copy of the packages happens to be installed.
@@ -108,18 +107,10 @@ def run_mode(name: str, config: EngineConfig, prompts: dict[str, list[int]],
 
 
 def machine_description(device: str) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    desc = (f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} "
-            f"({torch.get_num_threads()} intra-op threads), Python {platform.python_version()}, "
-            f"{platform.system()} {platform.release()}")
+    extras = [f"torch {torch.__version__} ({torch.get_num_threads()} intra-op threads)"]
     if device.startswith("cuda"):
-        desc += f"; GPU: {torch.cuda.get_device_name(0)}"
-    return desc
+        extras.append(f"GPU: {torch.cuda.get_device_name(0)}")
+    return describe(*extras)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         max_num_batched_tokens=max(2048, args.requests), enable_prefix_caching=False,
         seed=args.seed)
     prompts = make_prompts(args.requests, args.prompt_len, args.seed)
-    load_before = os.getloadavg()[0]
+    machine = machine_description(str(resolve_device(args.device)))  # load average at the start
     runs: dict[str, list[ModeResult]] = {"sequential": [], "batched": []}
     # Alternate the modes so that a burst of load from elsewhere hits both alike.
     for _ in range(args.repeats):
@@ -172,7 +163,7 @@ Command: `python benchmarks/bench_torch_batching.py --requests {args.requests} -
 {args.prompt_len} --output-len {args.output_len} --repeats {args.repeats} --model {args.model} \
 --device {args.device}`
 
-Machine: {machine_description(device)}; 1-minute load average at start {load_before:.2f}
+Machine: {machine}
 (the machine is shared, so absolute numbers move with other work on it).
 
 Device: {device}; model `{args.model}` (random weights, seed {args.seed}); {args.requests}
