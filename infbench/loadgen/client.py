@@ -1,17 +1,16 @@
 """The client hot path: send one streaming request, timestamp every socket read.
 
-Nothing here parses JSON or splits SSE events while the stream is open: the protocol stamps
-each socket read as it arrives (`TimedResponseHandler`), the body stays in aiohttp's buffer
-until the stream ends, and `infbench.loadgen.sse` turns body and stamps into events after
-the request ends. The per-read cost is aiohttp's own HTTP parsing plus one clock read and
-three list appends; no task wakes up per read.
+Nothing here parses JSON or splits SSE events while the stream is open: the connection
+(`infbench.loadgen.http1`) stamps each socket read as it arrives and keeps the decoded body
+in pieces until the stream ends, and `infbench.loadgen.sse` turns body and stamps into
+events after the request ends. The per-read cost is one kernel stamp, a walk over the chunk
+framing and a few list appends; no task wakes up per read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import selectors
 import socket
 import struct
@@ -20,14 +19,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
 import numpy as np
-from aiohttp.client_proto import ResponseHandler
 
-# The response reader's limit. The body is kept whole until the stream ends (see
-# `stream_post`), and aiohttp pauses the socket once 2x this many bytes or limit/16 HTTP
-# chunks are buffered, so it is sized far beyond any SSE response.
-READ_BUFSIZE = 256 << 20
+from infbench.loadgen.http1 import Exchange, Pool
+
 _ERROR_BODY_LIMIT = 2000
 T = TypeVar("T")
 
@@ -111,16 +106,27 @@ class StampedSocket(socket.socket):
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data, anc, _, _ = self.recvmsg(bufsize, _CMSG_SPACE, flags)
-        now = time.monotonic_ns()
-        rx = 0  # none: the kernel enables stamping lazily, so the first packets may have none
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
-                sec, nsec = _STAMP.unpack_from(payload)
-                rx = sec * 1_000_000_000 + nsec - _realtime_offset(now)
-                if not now - _MAX_STAMP_AGE_NS < rx <= now:
-                    rx = 0
-        self.rx_ns = rx
+        self.rx_ns = _arrival(anc)
         return data
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        # asyncio's TLS transport reads this way
+        view = memoryview(buffer)
+        n, anc, _, _ = self.recvmsg_into([view[:nbytes] if nbytes else view], _CMSG_SPACE, flags)
+        self.rx_ns = _arrival(anc)
+        return n
+
+
+def _arrival(anc: list[tuple[int, int, bytes]]) -> int:
+    """The kernel's receive stamp among a read's ancillary data, on the monotonic clock; 0 if
+    there is none (the kernel enables stamping lazily, so the first packets may have none)."""
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+            now = time.monotonic_ns()
+            sec, nsec = _STAMP.unpack_from(payload)
+            rx = sec * 1_000_000_000 + nsec - _realtime_offset(now)
+            return rx if now - _MAX_STAMP_AGE_NS < rx <= now else 0
+    return 0
 
 
 _OFFSET_TTL_NS = 50_000_000
@@ -147,7 +153,7 @@ def _realtime_offset(now: int) -> int:
 
 
 def stamped_socket(addr_info: Any) -> socket.socket:
-    """aiohttp `socket_factory`: a `StampedSocket` where the platform supports it."""
+    """A `StampedSocket` where the platform supports it, else a plain socket."""
     family, type_, proto, _, _ = addr_info
     sock = StampedSocket(family=family, type=type_, proto=proto)
     if _CMSG_SPACE and sock.enable():
@@ -156,187 +162,65 @@ def stamped_socket(addr_info: Any) -> socket.socket:
     return socket.socket(family=family, type=type_, proto=proto)
 
 
-class TimedResponseHandler(ResponseHandler):
-    """Timestamps every socket read when it arrives, before any task runs.
-
-    With many streams, one loop iteration can deliver dozens of reads; a task-side clock
-    would stamp the last of them only after the others were processed. Here the time is taken
-    in `data_received`, together with how many payload bytes the read produced, so each SSE
-    event can be given the arrival time of the read that completed it.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self.recv_log: list[int] | None = None
-        self.last_recv_ns = 0  # the latest read, also those before a log is attached
-        self._clock = _read_clock(loop)
-        self.on_end: Callable[[], None] | None = None  # called once when the body ends or fails
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        sock = transport.get_extra_info("socket")
-        sock = getattr(sock, "_sock", sock)  # asyncio hands out a TransportSocket wrapper
-        if isinstance(sock, StampedSocket):
-            fallback = self._clock
-            self._clock = lambda: sock.rx_ns or fallback()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        super().connection_lost(exc)
-        self._ended()
-
-    def _ended(self) -> None:
-        cb, self.on_end = self.on_end, None
-        if cb is not None:
-            cb()
-
-    def data_received(self, data: bytes) -> None:
-        t = self._clock()
-        self.last_recv_ns = t
-        log = self.recv_log
-        if log is None or not data:
-            super().data_received(data)
-            return
-        payload = self._payload
-        before = payload.total_bytes if payload is not None else -1
-        super().data_received(data)
-        after = payload.total_bytes if payload is not None else -1
-        log.extend((t, before, after))
-        if self.on_end is not None and (payload is None or payload.is_eof() or payload.exception() is not None):
-            self._ended()
-
-
-def make_session(concurrency_hint: int, timeout_s: float) -> aiohttp.ClientSession:
-    """One session for the whole run; the caller closes it."""
-    try:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True,
-                                         socket_factory=stamped_socket)
-    except TypeError:  # aiohttp < 3.12: reads are stamped at select time instead
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-    if hasattr(connector, "_factory"):
-        # aiohttp builds each connection's protocol from this factory; ours only adds a clock.
-        connector._factory = functools.partial(TimedResponseHandler, loop=asyncio.get_event_loop())
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(10.0, timeout_s)),
-        read_bufsize=READ_BUFSIZE,
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent",),
-    )
-
-
-def _classify(exc: BaseException, got_data: bool) -> tuple[str, str]:
-    msg = (f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__}: no response in time")
-    msg = msg.splitlines()[0][:300]
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return "timeout", msg or "timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_err = exc.os_error
-        if isinstance(os_err, ConnectionRefusedError) or getattr(os_err, "errno", None) == errno.ECONNREFUSED:
-            return "connection_refused", msg
-        return "connection_error", msg
-    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
-        return ("truncated_sse" if got_data else "connection_reset"), msg
-    if isinstance(exc, ConnectionResetError | aiohttp.ClientOSError):
-        return ("truncated_sse" if got_data else "connection_reset"), msg
-    return "connection_error", msg
+def make_pool(url: str, timeout_s: float) -> Pool:
+    """The run's connection pool; reads carry kernel arrival stamps where the OS gives them,
+    else the time the event loop's `select()` returned (see `run_timed`)."""
+    return Pool(url, timeout_s, connect_timeout_s=min(10.0, timeout_s), socket_factory=stamped_socket,
+                clock=_read_clock(asyncio.get_running_loop()))
 
 
 async def stream_post(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
+    pool: Pool,
+    request: bytes,
     raw: RawResponse,
     pace: Callable[[asyncio.Future[None]], None] | None = None,
 ) -> RawResponse:
-    """POST `body` and record the raw stream into `raw`. Never raises for a per-request failure.
+    """Send `request` (built by `pool.request_bytes`) and record the reply into `raw`.
 
-    Ownership: the caller creates `raw` and keeps it, so that when the task is cancelled
-    (the run was interrupted) everything received so far is still in its hands.
-    `pace(fut)`, when given, is handed the future that wakes this task once the body has
-    ended, to resolve it when it suits the caller (see `runner.Pacer`).
+    Never raises for a per-request failure: it lands in `raw.error_class`. Ownership: the
+    caller creates `raw` and keeps it, so that when the task is cancelled (the run was
+    interrupted) everything received so far is still in its hands. `pace` as in `Pool.post`.
     """
-    monotonic_ns = time.monotonic_ns
-    raw.send_ns = monotonic_ns()
-    read_ns = raw.read_ns
-    reads = raw.reads
+    raw.send_ns = time.monotonic_ns()
+    ex = Exchange()
     try:
-        async with session.post(url, data=body, headers=headers) as resp:
-            raw.headers_ns = monotonic_ns()
-            raw.status = resp.status
-            proto = resp.connection.protocol if resp.connection is not None else None
-            content = resp.content
-            if isinstance(proto, TimedResponseHandler):
-                if content.total_bytes:
-                    # Body bytes that came with the headers arrived by the last read so far.
-                    raw.recv_log.extend((proto.last_recv_ns, 0, content.total_bytes))
-                proto.recv_log = raw.recv_log
-            raw.server_request_id = resp.headers.get("x-request-id")
-            if resp.status != 200:
-                text = (await resp.read())[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
-                raw.error_class = f"http_{resp.status}"
-                raw.error_message = text.replace("\n", " ")[:300]
-            elif isinstance(proto, TimedResponseHandler) and _buffered(content) is not None:
-                # Every read is stamped in the protocol, so the task need not wake per read:
-                # it sleeps until the body is complete and takes it in one piece.
-                total = session.timeout.total
-                try:
-                    # Waiting here is not covered by aiohttp's own total timeout, unlike reads.
-                    left = None if total is None else total - (monotonic_ns() - raw.send_ns) / 1e9
-                    async with asyncio.timeout(left):
-                        if pace is not None and not content.is_eof() and content.exception() is None:
-                            ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                            proto.on_end = functools.partial(pace, ended)
-                            try:
-                                await ended
-                            finally:
-                                proto.on_end = None
-                            exc = content.exception()
-                            if exc is not None:
-                                raise exc
-                        await content.wait_eof()
-                finally:
-                    body = _buffered(content)
-                    if body:
-                        read_ns.append(monotonic_ns())
-                        reads.append(body)
-            else:
-                readany = content.readany
-                while True:
-                    data = await readany()
-                    if not data:
-                        break
-                    read_ns.append(monotonic_ns())
-                    reads.append(data)
+        await pool.post(request, ex, pace)
     except asyncio.CancelledError:
-        _detach(raw)
+        _take(raw, ex)
         raw.error_class, raw.error_message = "cancelled", "run interrupted"
-        raw.end_ns = monotonic_ns()
         raise
-    except Exception as exc:
-        raw.error_class, raw.error_message = _classify(exc, bool(reads))
-    _detach(raw)
-    raw.end_ns = monotonic_ns()
+    except TimeoutError:
+        _take(raw, ex)
+        raw.error_class = "timeout"
+        raw.error_message = (f"no complete response within {pool.timeout_s:g} s "
+                             f"({ex.body_bytes} body bytes received)")
+        return raw
+    except OSError as exc:
+        _take(raw, ex)
+        refused = isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED
+        raw.error_class = "connection_refused" if refused else "connection_error"
+        raw.error_message = (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300]
+        return raw
+    _take(raw, ex)
     return raw
 
 
-def _buffered(content: aiohttp.StreamReader) -> bytes | None:
-    """All body bytes the response's reader holds (None if this aiohttp hides them).
-
-    Read straight from the buffer: `read_nowait()` would pop it chunk by chunk (one HTTP chunk
-    per SSE event) and raises instead of returning what came before a connection error.
-    """
-    buf = getattr(content, "_buffer", None)
-    offset = getattr(content, "_buffer_offset", None)
-    if buf is None or offset is None:
-        return None
-    body = b"".join(buf)
-    return body[offset:] if offset else body
-
-
-def _detach(raw: RawResponse) -> None:
-    # The connection goes back to the pool; its next request must not log into this one.
-    raw.recv_log = list(raw.recv_log)
+def _take(raw: RawResponse, ex: Exchange) -> None:
+    """Move what the exchange received into `raw`: the body whole, cut by `recv_log`."""
+    raw.end_ns = time.monotonic_ns()
+    raw.status = ex.status
+    raw.headers_ns = ex.headers_ns
+    raw.server_request_id = ex.headers.get("x-request-id") or ex.headers.get("request-id")
+    if ex.parts:
+        raw.reads = [ex.body()]
+        raw.read_ns = [ex.last_ns or raw.end_ns]
+        raw.recv_log = ex.recv_log
+    if ex.error_class is not None:
+        raw.error_class, raw.error_message = ex.error_class, ex.error_message
+    elif ex.status is not None and ex.status != 200 and ex.ended:
+        text = ex.body()[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+        raw.error_class = f"http_{ex.status}"
+        raw.error_message = text.replace("\n", " ")[:300]
 
 
 def retime(raw: RawResponse) -> tuple[list[int], list[bytes]]:

@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import numpy as np
 
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
-from infbench.loadgen.client import RawResponse, arrival_times, make_session, retime, stream_post
+from infbench.loadgen.client import RawResponse, arrival_times, make_pool, retime, stream_post
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.scrape import Scraper
 from infbench.loadgen.sse import FastParser, ParsedStream, StreamParser
@@ -50,7 +51,7 @@ class Pacer:
     """Wakes at most one waiting request task per event-loop iteration.
 
     When many closed-loop streams finish together, each task would wake, close its response,
-    build the next body and go through aiohttp's request setup in the same iteration, and the
+    build the next body and write its request in the same iteration, and the
     socket reads arriving meanwhile would be stamped only after all of that. Tasks whose
     stream ended (`enqueue`) and tasks about to send (`turn`) are woken one per iteration
     instead, so a `select()` and its arrival stamps come between consecutive ones.
@@ -173,6 +174,7 @@ class Runner:
         self.stats = LiveStats(started_ns=t0_ns)
         self.health = HealthMonitor(settings.sample_interval_s)
         self._url = settings.url + ENDPOINTS[settings.endpoint]
+        self._path = ENDPOINTS[settings.endpoint]  # under the URL's own path, if it has one
         self._headers = auth_headers(settings.api_key)
         self._chunks = ArrayBuffer("chunks")
         self._requests = ColumnBuffer("requests")
@@ -217,12 +219,14 @@ class Runner:
 
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:
-        session = make_session(self.s.arrivals.concurrency, self.s.request_timeout_s)
-        self._session = session
+        pool = make_pool(self.s.url, self.s.request_timeout_s)
+        self._pool = pool
+        # Scrapes go over their own connections, so they never queue behind a stream.
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         background: list[asyncio.Task[Any]] = []
         gc_threshold = gc.get_threshold()
         try:
-            await self._prewarm(session)
+            await self._prewarm(pool)
             # Everything allocated so far (modules, workload, session) lives for the whole run:
             # keep it out of the collector's scans, and collect young objects less often.
             gc.collect()
@@ -252,6 +256,7 @@ class Runner:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await pool.close()
             await session.close()
             gc.set_threshold(*gc_threshold)
             gc.unfreeze()
@@ -265,19 +270,10 @@ class Runner:
             scrapes=scraper.scrapes,
         )
 
-    async def _prewarm(self, session: Any) -> None:
-        """Open the connection pool before the clock starts (cheap GETs, kept alive)."""
+    async def _prewarm(self, pool: Any) -> None:
+        """Open the connection pool before the clock starts."""
         n = self.s.arrivals.concurrency or _PREWARM_OPEN_LOOP
-        url = self.s.url + "/v1/models"
-
-        async def one() -> None:
-            try:
-                async with session.get(url, headers=self._headers) as r:
-                    await r.read()
-            except Exception:  # a target without /v1/models still gets measured; only slower to start
-                return
-
-        await asyncio.gather(*(one() for _ in range(min(n, _PREWARM_MAX))))
+        await pool.open(min(n, _PREWARM_MAX))
 
     async def _drain(self) -> None:
         if not self._tasks:
@@ -383,11 +379,12 @@ class Runner:
         await self._pacer.turn()
         body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
                           ignore_eos=self.s.ignore_eos, temperature=self.s.temperature)
+        request = self._pool.request_bytes(self._path, body, self._headers)
         raw = RawResponse(send_ns=0)
         self.stats.sent += 1
         self.stats.in_flight += 1
         try:
-            await stream_post(self._session, self._url, body, self._headers, raw, pace=self._pacer.enqueue)
+            await stream_post(self._pool, request, raw, pace=self._pacer.enqueue)
         except asyncio.CancelledError:
             self.stats.in_flight -= 1
             self._backlog.append((idx, spec, intended_ns, raw))  # recorded by _flush_all
