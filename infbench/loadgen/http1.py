@@ -169,11 +169,10 @@ class Connection(asyncio.Protocol):
                 pos += take
             if not self._left:
                 self._state = _IDLE
-        elif state == _UNTIL_CLOSE:
-            if pos < len(data):
-                ex.parts.append(data[pos:] if pos else data)
-                ex.body_bytes += len(data) - pos
-                pos = len(data)
+        elif state == _UNTIL_CLOSE and pos < len(data):
+            ex.parts.append(data[pos:] if pos else data)
+            ex.body_bytes += len(data) - pos
+            pos = len(data)
         if ex.body_bytes > before:
             ex.recv_log.extend((t, before, ex.body_bytes))
         if self._state == _IDLE:
