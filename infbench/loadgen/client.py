@@ -106,27 +106,29 @@ class StampedSocket(socket.socket):
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data, anc, _, _ = self.recvmsg(bufsize, _CMSG_SPACE, flags)
-        self.rx_ns = _arrival(anc)
+        self.rx_ns = _arrival(anc) if anc else 0
         return data
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         # asyncio's TLS transport reads this way
         view = memoryview(buffer)
         n, anc, _, _ = self.recvmsg_into([view[:nbytes] if nbytes else view], _CMSG_SPACE, flags)
-        self.rx_ns = _arrival(anc)
+        self.rx_ns = _arrival(anc) if anc else 0
         return n
 
 
 def _arrival(anc: list[tuple[int, int, bytes]]) -> int:
-    """The kernel's receive stamp among a read's ancillary data, on the monotonic clock; 0 if
-    there is none (the kernel enables stamping lazily, so the first packets may have none)."""
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
-            now = time.monotonic_ns()
-            sec, nsec = _STAMP.unpack_from(payload)
-            rx = sec * 1_000_000_000 + nsec - _realtime_offset(now)
-            return rx if now - _MAX_STAMP_AGE_NS < rx <= now else 0
-    return 0
+    """The kernel's receive stamp in a read's ancillary data, on the monotonic clock; 0 if
+    there is none (the kernel enables stamping lazily, so the first packets may have none).
+    Runs once per socket read, so it is kept to a few operations."""
+    level, kind, payload = anc[0]  # the only control message the socket asked for
+    if kind != _SO_TIMESTAMPNS or level != socket.SOL_SOCKET or len(payload) < 16:
+        return 0
+    sec, nsec = _STAMP.unpack_from(payload)
+    now = time.monotonic_ns()
+    offset = _offset[0] if now - _offset[1] < _OFFSET_TTL_NS else _realtime_offset(now)
+    rx = sec * 1_000_000_000 + nsec - offset
+    return rx if now - _MAX_STAMP_AGE_NS < rx <= now else 0
 
 
 _OFFSET_TTL_NS = 50_000_000

@@ -115,6 +115,26 @@ class Connection(asyncio.Protocol):
             self.reusable = False
             return
         ex.last_ns = t
+        if self._state == _CHUNKED and not (self._left or self._crlf or self._trailers or self._carry):
+            # The most common read of a live stream: exactly one whole chunk (one event).
+            j = data.find(b"\r\n")
+            size = _HEX.get(data[:j]) if j > 0 else None
+            before = ex.body_bytes
+            if size and j + 4 + size == len(data) and data.endswith(b"\r\n"):
+                ex.parts.append(data[j + 2 : -2])
+                ex.body_bytes = before + size
+                ex.recv_log += (t, before, before + size)
+                return
+            # Next most common: several whole chunks (the reader fell behind a little).
+            end = _split_chunks(ex, data, 0)
+            if end is not None:
+                if ex.body_bytes > before:
+                    ex.recv_log += (t, before, ex.body_bytes)
+                if end < 0:  # that was the last chunk
+                    if self._close_after:
+                        self.reusable = False
+                    self._finish()
+                return
         try:
             self._received(ex, data, t)
         except ProtocolError as exc:

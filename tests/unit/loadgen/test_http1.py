@@ -119,6 +119,11 @@ def test_connection_close_header_is_honoured() -> None:
     conn.data_received(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
     assert ends and ex.body() == b"ok" and not conn.reusable
 
+    conn, ex, ends = _conn()  # chunked, the body's last read on the fast path
+    conn.data_received(HEAD.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+    conn.data_received(_chunked([b"data: x\n\n"], False, False, False))
+    assert ends and ex.body() == b"data: x\n\n" and not conn.reusable
+
 
 def test_cut_streams_and_bad_framing_are_classified() -> None:
     conn, ex, ends = _conn()
