@@ -211,13 +211,14 @@ def ttft_overhead(streams: int, tokens: int, itl_ms: float) -> list[str]:
         t0 = runner.t0_ns  # the runner restarts its clock once connections are open
         truth = json.loads(urllib.request.urlopen(url + "/_log").read())
         arrivals = json.loads(urllib.request.urlopen(url + "/_arrivals").read())
-        rows = con.execute("SELECT server_request_id, send_ns + ?, first_content_ns + ? FROM requests "
+        rows = con.execute("SELECT server_request_id, send_ns + ?, first_content_ns + ?, request_idx FROM requests "
                            "WHERE error_class IS NULL", [t0, t0]).fetchall()
         con.close()
-    way_out = np.array([(arrivals[rid] - send) / 1e6 for rid, send, _ in rows])
-    way_back = np.array([(first - truth[rid][0]) / 1e6 for rid, _, first in rows])
-    server = np.array([(truth[rid][0] - arrivals[rid]) / 1e6 for rid, _, _ in rows])
-    ttft = np.array([(first - send) / 1e6 for _, send, first in rows])
+    way_out = np.array([(arrivals[rid] - send) / 1e6 for rid, send, _, _ in rows])
+    way_back = np.array([(first - truth[rid][0]) / 1e6 for rid, _, first, _ in rows])
+    server = np.array([(truth[rid][0] - arrivals[rid]) / 1e6 for rid, _, _, _ in rows])
+    ttft = np.array([(first - send) / 1e6 for _, send, first, _ in rows])
+    first_wave = np.array([idx < streams for *_, idx in rows])
 
     def row(name: str, v: np.ndarray) -> str:
         return f"| {name} | " + " | ".join(f"{x:.2f}" for x in np.percentile(v, [50, 90, 99, 100])) + " |"
@@ -228,29 +229,46 @@ def ttft_overhead(streams: int, tokens: int, itl_ms: float) -> list[str]:
         "Client-added TTFT = measured TTFT minus the server's own (its first write minus the moment it had "
         "read the request), split into the way out (send timestamp to the server having read the request: "
         "request setup, socket, the server's accept/read) and the way back (server's first write to "
-        "infbench's timestamp of it). Same CLOCK_MONOTONIC, server in its own process.\n",
+        "infbench's timestamp of it). Same CLOCK_MONOTONIC, server in its own process. The way out "
+        "ends when the server's handler has read the request, so it holds the server's own queueing "
+        "when all streams send at once (the first wave).\n",
         "| ms | p50 | p90 | p99 | max |", "| --- | ---: | ---: | ---: | ---: |",
-        row("client-added TTFT", way_out + way_back), row("way out", way_out), row("way back (stamp delay)", way_back),
+        row("client-added TTFT", way_out + way_back), row("way out", way_out),
+        row(f"way out, first {streams} (sent together at the start)", way_out[first_wave]),
+        row("way out, the rest", way_out[~first_wave]), row("way back (stamp delay)", way_back),
         row("server's own TTFT", server), row("measured TTFT", ttft),
         f"\n{len(rows)} requests. For comparison, the issue measured guidellm adding ~1 s and AIPerf ~300 ms at p99.\n",
     ]
 
 
-def long_stream(tokens: int) -> list[str]:
-    prompt_words = tokens  # ~1 token per word in BPE vocabularies; the mock counts 4 bytes a token
+def long_stream(tokens: int, short: int = 128) -> list[str]:
+    """Does a long prompt and a long output cost more per chunk than short ones?
+
+    One stream at a time either way, so both see the same ping-pong with the server: one
+    request with a ~`tokens`-word prompt and `tokens` output tokens, against `tokens / short`
+    requests of 16-word prompts and `short` tokens, one after another.
+    """
     with sse_server() as url:
-        prompt = " the" * prompt_words
+        prompt = " the" * tokens
         asyncio.run(bare_reader(url, 1, 1, 64))  # warm the server
         rows = []
         for _ in range(3):
-            bw, _ = asyncio.run(bare_reader(url, 1, 1, tokens, prompt))
-            ib = infbench_client(url, 1, 1, tokens, input_tokens=prompt_words)
-            rows.append((tokens / bw, ib["content_chunks"] / ib["wall_s"], ib["wall_s"]))
-    out = [f"### One long stream: {tokens:,}-token output after a ~{prompt_words:,}-word prompt\n",
-           "| round | bare aiohttp reader chunks/s | infbench chunks/s | infbench wall s |",
-           "| ---: | ---: | ---: | ---: |"]
-    out += [f"| {i} | {b:,.0f} | {ib:,.0f} | {w:.2f} |" for i, (b, ib, w) in enumerate(rows, 1)]
-    out.append(f"\nMedian infbench / bare reader: {np.median([r[1] / r[0] for r in rows]):.2f}.\n")
+            bl, _ = asyncio.run(bare_reader(url, 1, 1, tokens, prompt))
+            bs, _ = asyncio.run(bare_reader(url, 1, tokens // short, short, " the" * 16))
+            il = infbench_client(url, 1, 1, tokens, input_tokens=tokens)
+            is_ = infbench_client(url, 1, tokens // short, short, input_tokens=16)
+            rows.append((tokens / bl, tokens / bs, il["content_chunks"] / il["wall_s"],
+                         is_["content_chunks"] / is_["wall_s"]))
+    out = [f"### Long streams: one {tokens:,}-token output after a ~{tokens:,}-word prompt, against "
+           f"{tokens // short} requests of {short} tokens (16-word prompts), one stream at a time\n",
+           "Content chunks/s. The long stream must not cost more per chunk than the short ones "
+           "(peers' buffers grow with the stream and slow down).\n",
+           "| round | bare reader, long | bare reader, short | infbench, long | infbench, short |",
+           "| ---: | ---: | ---: | ---: | ---: |"]
+    out += [f"| {i} | {a:,.0f} | {b:,.0f} | {c:,.0f} | {d:,.0f} |" for i, (a, b, c, d) in enumerate(rows, 1)]
+    out.append(f"\nMedian long / short: infbench {np.median([r[2] / r[3] for r in rows]):.2f}, bare reader "
+               f"{np.median([r[0] / r[1] for r in rows]):.2f}. Median infbench / bare reader on the long stream: "
+               f"{np.median([r[2] / r[0] for r in rows]):.2f}.\n")
     return out
 
 

@@ -181,12 +181,12 @@ async def stream_post(
 
     Never raises for a per-request failure: it lands in `raw.error_class`. Ownership: the
     caller creates `raw` and keeps it, so that when the task is cancelled (the run was
-    interrupted) everything received so far is still in its hands. `pace` as in `Pool.post`.
+    interrupted) everything received so far is still in its hands. `pace` as in `Pool.send`.
     """
     raw.send_ns = time.monotonic_ns()
     ex = Exchange()
     try:
-        await pool.post(request, ex, pace)
+        await pool.send(request, ex, pace)
     except asyncio.CancelledError:
         _take(raw, ex)
         raw.error_class, raw.error_message = "cancelled", "run interrupted"

@@ -38,7 +38,7 @@ class Exchange:
     Times are `time.monotonic_ns()` (kernel arrival stamps where the socket has them).
     `recv_log` holds flat (arrival ns, body bytes before, body bytes after) per read that
     brought body bytes; `parts` the decoded body, in pieces.
-    Ownership: created by `Pool.post` for one request; the connection writes into it until
+    Ownership: created by `Pool.send` for one request; the connection writes into it until
     the response ends or fails, then drops it, so a reused connection never logs into it.
     """
 
@@ -69,7 +69,7 @@ _IDLE, _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE = range(5)
 class Connection(asyncio.Protocol):
     """One TCP (or TLS) connection to the target.
 
-    Ownership: idle connections belong to the pool; `Pool.post` takes one out, attaches an
+    Ownership: idle connections belong to the pool; `Pool.send` takes one out, attaches an
     `Exchange`, and puts it back only when the response ended cleanly with the connection
     still reusable. Bytes that arrive while no exchange is attached (the server talking out
     of turn) make the connection unusable.
@@ -399,10 +399,10 @@ def stamp_clock(sock: socket.socket, fallback: Callable[[], int]) -> Callable[[]
 
 
 class Pool:
-    """Keep-alive connections to one origin; `post()` sends a request and records the reply.
+    """Keep-alive connections to one origin; `send()` sends a request and records the reply.
 
     Ownership: the runner owns the pool and closes it; idle connections live in `_idle`
-    (last used first out); a connection in use is referenced only by the `post()` using it.
+    (last used first out); a connection in use is referenced only by the `send()` using it.
     """
 
     def __init__(
@@ -476,10 +476,32 @@ class Pool:
                 return conn
         return await asyncio.wait_for(self._connect(), self.connect_timeout_s)
 
-    async def open(self, n: int) -> int:
-        """Open up to `n` connections ahead of the load; returns how many opened."""
-        results = await asyncio.gather(*(self._acquire() for _ in range(n)), return_exceptions=True)
-        conns = [c for c in results if isinstance(c, Connection)]
+    async def open(self, n: int, warm_request: bytes | None = None) -> int:
+        """Open up to `n` connections ahead of the load; returns how many are ready.
+
+        With `warm_request` (a cheap GET), each new connection makes one round trip, so the
+        server has accepted and served every connection before the clock starts: a TCP
+        handshake alone completes in the kernel before the server's accept loop has run.
+        """
+        async def one() -> Connection | None:
+            try:
+                conn = await self._acquire()
+            except (OSError, TimeoutError):
+                return None
+            if warm_request is None:
+                return conn
+            ex = Exchange()
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            ex.on_end = lambda: done.done() or done.set_result(None)
+            conn.send(warm_request, ex)
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await done
+            except TimeoutError:
+                conn.detach()
+            return conn if conn.reusable and conn.ex is None else None
+
+        conns = [c for c in await asyncio.gather(*(one() for _ in range(n))) if c is not None]
         self._idle.extend(conns)
         return len(conns)
 
@@ -491,15 +513,16 @@ class Pool:
         self._idle.clear()
 
     # -- requests ------------------------------------------------------------------------
-    def request_bytes(self, path: str, body: bytes, headers: dict[str, str]) -> bytes:
-        lines = [f"POST {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}",
-                 f"Content-Length: {len(body)}"]
-        if not any(k.lower() == "content-type" for k in headers):
-            lines.append("Content-Type: application/json")
+    def request_bytes(self, path: str, body: bytes, headers: dict[str, str], method: str = "POST") -> bytes:
+        lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}"]
+        if body or method == "POST":
+            lines.append(f"Content-Length: {len(body)}")
+            if not any(k.lower() == "content-type" for k in headers):
+                lines.append("Content-Type: application/json")
         lines += [f"{k}: {v}" for k, v in headers.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
-    async def post(self, request: bytes, ex: Exchange,
+    async def send(self, request: bytes, ex: Exchange,
                    pace: Callable[[asyncio.Future[None]], None] | None = None) -> None:
         """Send `request` (from `request_bytes`) and wait until its response has ended.
 

@@ -271,9 +271,10 @@ class Runner:
         )
 
     async def _prewarm(self, pool: Any) -> None:
-        """Open the connection pool before the clock starts."""
+        """Open the connection pool before the clock starts, one cheap GET per connection (a
+        target without /v1/models answers 404, which warms the connection just as well)."""
         n = self.s.arrivals.concurrency or _PREWARM_OPEN_LOOP
-        await pool.open(min(n, _PREWARM_MAX))
+        await pool.open(min(n, _PREWARM_MAX), pool.request_bytes("/v1/models", b"", self._headers, method="GET"))
 
     async def _drain(self) -> None:
         if not self._tasks:

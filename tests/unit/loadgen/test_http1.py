@@ -183,7 +183,7 @@ async def _read_request(r: asyncio.StreamReader) -> bytes:
 
 async def _post(pool: Pool, body: bytes = b"{}") -> Exchange:
     ex = Exchange()
-    await pool.post(pool.request_bytes("/v1/completions", body, {"Authorization": "Bearer k"}), ex)
+    await pool.send(pool.request_bytes("/v1/completions", body, {"Authorization": "Bearer k"}), ex)
     return ex
 
 
@@ -229,7 +229,7 @@ def test_refused_timeout_and_reset() -> None:
             pool = Pool(url, timeout_s=0.3)
             ex = Exchange()
             try:
-                await pool.post(pool.request_bytes("/x", b"{}", {}), ex)
+                await pool.send(pool.request_bytes("/x", b"{}", {}), ex)
             except TimeoutError:
                 out["timeout"] = ex
             assert not pool._idle  # a connection cut mid-response is never reused
@@ -247,3 +247,26 @@ def test_refused_timeout_and_reset() -> None:
     assert out["timeout"].body() == b"data: x\n\n"
     assert out["reset"].error_class == "connection_reset"
     assert out["refused"] is True
+
+
+def test_open_warms_each_connection_with_one_round_trip() -> None:
+    served: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            head = await r.readuntil(b"\r\n\r\n")
+            served.append(head.split(b"\r\n", 1)[0])
+            w.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found")
+            await w.drain()
+
+    async def main() -> tuple[int, int, list[int]]:
+        async with _server(handler) as (url, accepted):
+            pool = Pool(url, timeout_s=5)
+            ready = await pool.open(8, pool.request_bytes("/v1/models", b"", {}, method="GET"))
+            idle = len(pool._idle)
+            await pool.close()
+            return ready, idle, accepted
+
+    ready, idle, accepted = asyncio.run(main())
+    assert ready == idle == len(accepted) == 8
+    assert served == [b"GET /v1/models HTTP/1.1"] * 8  # answered (a 404 warms it as well)
