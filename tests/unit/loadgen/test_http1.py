@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infbench.loadgen.client import stamped_socket
 from infbench.loadgen.http1 import Connection, Exchange, Pool
 
 
@@ -270,3 +275,41 @@ def test_open_warms_each_connection_with_one_round_trip() -> None:
     ready, idle, accepted = asyncio.run(main())
     assert ready == idle == len(accepted) == 8
     assert served == [b"GET /v1/models HTTP/1.1"] * 8  # answered (a 404 warms it as well)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for a test certificate")
+def test_https_with_kernel_stamped_sockets(tmp_path: Any) -> None:
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.create_default_context(cafile=str(cert))
+    events = [b'data: {"choices":[{"text":" t%d"}]}\n\n' % i for i in range(50)]
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(HEAD)
+        for ev in events:
+            w.write(_chunked([ev], False, False, False)[:-5])  # one chunk per write, no last chunk yet
+            await w.drain()
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+
+    async def main() -> Exchange:
+        srv = await asyncio.start_server(lambda r, w: handler(r, w), "127.0.0.1", 0, ssl=server_ctx)
+        try:
+            port = srv.sockets[0].getsockname()[1]
+            pool = Pool(f"https://127.0.0.1:{port}", timeout_s=10, socket_factory=stamped_socket,
+                        ssl_context=client_ctx)
+            ex = await _post(pool)
+            await pool.close()
+            return ex
+        finally:
+            srv.close()
+
+    ex = asyncio.run(main())
+    assert ex.error_class is None and ex.status == 200 and ex.body() == b"".join(events)
+    log = ex.recv_log
+    assert log[1] == 0 and log[-1] == len(ex.body())
