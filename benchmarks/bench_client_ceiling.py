@@ -313,7 +313,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/client_ceiling.md")
     args = p.parse_args()
     per_stream = 4 if args.quick else 24
-    lines = ["# Client ceiling: infbench vs a bare aiohttp reader", "",
+    lines = ["# Client ceiling: infbench vs a bare aiohttp reader and a vLLM bench-serve-style client", "",
              f"Command: `python benchmarks/bench_client_ceiling.py{' --quick' if args.quick else ''}`  ",
              f"Machine: {machine()}  ",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
