@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 
 def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v:,.2f}"
+    """Milliseconds to at most 7 characters, so the latency table fits an 80-column terminal."""
+    if v is None:
+        return "-"
+    if abs(v) < 100:
+        return f"{v:.2f}"
+    if abs(v) < 10_000:
+        return f"{v:,.1f}"
+    return f"{v:,.0f}"
 
 
 def print_summary(console: Console, summary: dict[str, Any], header: dict[str, Any] | None = None) -> None:
@@ -47,12 +55,13 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
         overview.add_row(k, v)
     console.print(overview)
 
-    lat = Table(title="Latency (ms)")
-    lat.add_column("metric", style="bold")
+    lat = Table(title="Latency (ms)", box=box.SIMPLE_HEAD, padding=(0, 1),
+                caption="* from the intended send time (the schedule), so a client that fell behind shows")
+    lat.add_column("metric", style="bold", no_wrap=True)
     for col in ("mean", "p50", "p90", "p95", "p99", "p99.9", "max"):
-        lat.add_column(col, justify="right")
-    for name, label in (("ttft", "TTFT"), ("ttft_intended", "TTFT from intended"), ("itl", "ITL"),
-                        ("tpot", "TPOT"), ("e2el", "E2E"), ("e2el_intended", "E2E from intended")):
+        lat.add_column(col, justify="right", no_wrap=True)
+    for name, label in (("ttft", "TTFT"), ("ttft_intended", "TTFT*"), ("itl", "ITL"),
+                        ("tpot", "TPOT"), ("e2el", "E2E"), ("e2el_intended", "E2E*")):
         lat.add_row(label, *(_ms(s.get(f"{c}_{name}_ms")) for c in
                              ("mean", "p50", "p90", "p95", "p99", "p99.9", "max")))
     console.print(lat)
