@@ -505,6 +505,13 @@ class Pool:
         self._idle.extend(conns)
         return len(conns)
 
+    def check_invariants(self) -> None:
+        """Idle connections are open, reusable and between requests; each is idle once."""
+        assert len({id(c) for c in self._idle}) == len(self._idle), "a connection is idle twice"
+        for c in self._idle:
+            assert c.ex is None and c._state == _IDLE, "an idle connection is mid-response"
+            assert c.transport is not None, "an idle connection was never connected"
+
     async def close(self) -> None:
         self._closed = True
         for conn in self._idle:

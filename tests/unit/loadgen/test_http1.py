@@ -207,6 +207,7 @@ def test_keep_alive_reuse_and_a_server_that_closes_idle_connections() -> None:
             for _ in range(5):
                 ex = await _post(pool)
                 assert ex.error_class is None and ex.body() == b"data: {}\n\n" * 3
+                pool.check_invariants()
                 await asyncio.sleep(0.02)  # the server's close reaches the idle connection
             await pool.close()
             return accepted
@@ -238,6 +239,7 @@ def test_refused_timeout_and_reset() -> None:
             except TimeoutError:
                 out["timeout"] = ex
             assert not pool._idle  # a connection cut mid-response is never reused
+            pool.check_invariants()
         async with _server(reset) as (url, _):
             out["reset"] = await _post(Pool(url, timeout_s=5))
         async with _server(reset) as (url, _):
@@ -268,6 +270,7 @@ def test_open_warms_each_connection_with_one_round_trip() -> None:
         async with _server(handler) as (url, accepted):
             pool = Pool(url, timeout_s=5)
             ready = await pool.open(8, pool.request_bytes("/v1/models", b"", {}, method="GET"))
+            pool.check_invariants()
             idle = len(pool._idle)
             await pool.close()
             return ready, idle, accepted
