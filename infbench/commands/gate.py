@@ -15,6 +15,7 @@ from rich.table import Table
 
 from infbench.gate import FAIL, INCONCLUSIVE, PASS, evaluate_rule, load_rules, overall
 from infbench.gate.compat import workload_differences
+from infbench.gate.noise import measure_noise, suggested_toml
 from infbench.gate.plan import plan_rule
 from infbench.gate.report import gate_document, to_json, to_junit, to_markdown
 from infbench.gate.rules import INCONCLUSIVE as INCONCLUSIVE_CHOICES
@@ -46,8 +47,8 @@ def _load_pair(baseline: str, candidate: str, db: Path, allow_different: bool
 @app.callback()
 def gate(
     ctx: typer.Context,
-    baseline: str | None = typer.Option(None, help="Baseline: run id/prefix/'last' in --db, or a store FILE[@RUN]."),
-    candidate: str | None = typer.Option(None, help="Candidate: run id/prefix/'last' in --db, or a store FILE[@RUN]."),
+    baseline: str | None = typer.Option(None, help="Baseline: run id/prefix/'last' in --db, or a store FILE\\[@RUN]."),
+    candidate: str | None = typer.Option(None, help="Candidate: run id/prefix/'last' in --db, or a store FILE\\[@RUN]."),
     rules: Path | None = typer.Option(None, help="gates.toml (default: built-in rules for TTFT, TPOT, E2E, throughput)."),
     db: Path = DB_OPTION,
     inconclusive: str | None = typer.Option(None, help="pass | fail: exit code of an inconclusive verdict (default: the rules file's, else fail)."),
@@ -123,7 +124,7 @@ def _print_table(doc: dict, results: list) -> None:
 
 @app.command("plan")
 def plan(
-    baseline: str = typer.Option(..., help="Baseline run (id/prefix/'last' in --db, or FILE[@RUN])."),
+    baseline: str = typer.Option(..., help="Baseline run (id/prefix/'last' in --db, or FILE\\[@RUN])."),
     rules: Path | None = typer.Option(None, help="gates.toml (default: the built-in rules)."),
     change: float = typer.Option(0.10, help="Regression to detect, as a fraction (0.10 = 10% worse)."),
     power: float = typer.Option(0.8, help="Probability of catching that regression."),
@@ -171,8 +172,61 @@ def plan(
             console.print(f"  [dim]{r.rule}:[/] {r.note}", highlight=False)
 
 
+@app.command("noise")
+def noise(
+    runs: list[str] = typer.Argument(..., help="Three or more runs of one build and workload (id/prefix, or FILE\\[@RUN])."),
+    rules: Path | None = typer.Option(None, help="gates.toml whose rules to measure (default: the built-in rules)."),
+    db: Path = DB_OPTION,
+    write: Path | None = typer.Option(None, help="Write the rules with their measured run_noise to this TOML file."),
+    allow_different_workloads: bool = typer.Option(False, help="Measure even when the runs' workloads differ."),
+    json_out: bool = typer.Option(False, "--json", help="Print the measurement as JSON on stdout."),
+) -> None:
+    """Measure run-to-run noise from repeated A/A runs, for each rule's run_noise."""
+    try:
+        ruleset = load_rules(rules)
+        samples = [open_samples(r, db) for r in runs]
+        for s in samples[1:]:
+            diffs = workload_differences(samples[0].config, s.config)
+            if diffs and not allow_different_workloads:
+                raise ValueError(f"runs {samples[0].run.run_id} and {s.run.run_id} ran different workloads "
+                                 f"({'; '.join(diffs)}): A/A runs must repeat one workload "
+                                 "(--allow-different-workloads to measure anyway)")
+        rng = np.random.default_rng(ruleset.settings.seed)
+        rows = [measure_noise(r, samples, ruleset.settings, rng) for r in ruleset.rules]
+    except (ValueError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    text = suggested_toml(rows, list(ruleset.rules), ruleset.settings)
+    if write is not None:
+        write.write_text(text, encoding="utf-8")
+    if json_out:
+        sys.stdout.write(json.dumps({"runs": [s.run.run_id for s in samples],
+                                     "confidence": ruleset.settings.confidence,
+                                     "rules": [r.as_dict() for r in rows], "toml": text}, indent=2) + "\n")
+        return
+    t = Table(title=f"run-to-run noise over {len(samples)} runs ({ruleset.settings.confidence:.0%} upper bound)",
+              title_justify="left")
+    for c in ("rule", "mean", "between runs", "within a run", "run_noise", "upper bound"):
+        t.add_column(c, justify="left" if c == "rule" else "right")
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2%}"
+
+    for r in rows:
+        t.add_row(r.rule, f"{np.mean(r.values):.4g}" if r.values and r.between is not None else "-",
+                  pct(r.between), pct(r.within), pct(r.run_noise), pct(r.upper))
+    console = Console()
+    console.print(t)
+    for r in rows:
+        if r.note:
+            console.print(f"  [dim]{r.rule}:[/] {r.note}", highlight=False)
+    console.print(f"rules with these run_noise values {'written to ' + str(write) if write else 'below'}:",
+                  highlight=False)
+    if write is None:
+        console.print(text, highlight=False, markup=False)
+
+
 def compare(
-    run_a: str = typer.Argument(..., help="First run (id/prefix/'last', or FILE[@RUN])."),
+    run_a: str = typer.Argument(..., help="First run (id/prefix/'last', or FILE\\[@RUN])."),
     run_b: str = typer.Argument(..., help="Second run."),
     db: Path = DB_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print both summaries side by side as JSON."),

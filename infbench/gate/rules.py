@@ -9,7 +9,7 @@ A rules file is TOML::
     min_requests = 30            # fewer good requests than this: inconclusive
     seed = 0
     run_noise = "2%"             # run-to-run spread of any statistic on this machine (relative sd
-                                 # of one run); `infbench gate plan` measures it from repeated runs
+                                 # of one run); `infbench gate noise RUN RUN RUN` measures it
 
     [[rule]]
     metric = "e2el"              # see METRICS

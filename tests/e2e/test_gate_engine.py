@@ -55,6 +55,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
     runs = {
         "a1": _run(db, 160),
         "a2": _run(db, 160),
+        "a3": _run(db, 160),
         "half_seqs": _run(db, 160, "--engine-arg=--max-num-seqs", "--engine-arg=4"),
         "slow": _run(db, 160, "--engine-arg=--fault", "--engine-arg=slow-device:factor=1.1"),
         "short": _run(db, 40),
@@ -145,3 +146,22 @@ def test_compare_side_by_side(store) -> None:
     assert r.returncode == 0
     m = json.loads(r.stdout)["metrics"]
     assert m["p50_e2el_ms"]["b"] > m["p50_e2el_ms"]["a"]
+
+
+def test_gate_noise_measures_a_a_runs_into_rules_that_pass_them(store, tmp_path: Path) -> None:
+    db, rules, runs = store
+    out = tmp_path / "calibrated.toml"
+    r = infbench("gate", "noise", runs["a1"], runs["a2"], runs["a3"], "--db", str(db), "--rules", str(rules),
+                 "--write", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {x["rule"]: x for x in json.loads(r.stdout)["rules"]}
+    assert set(rows) == {"step_time p50", "e2el p50", "output_tokens throughput"}
+    for row in rows.values():
+        assert len(row["values"]) == 3 and 0.0 <= row["run_noise"] <= row["upper"] < 0.5, row
+    # The measured rules let the same build pass against itself.
+    g = infbench("gate", "--db", str(db), "--rules", str(out), "--baseline", runs["a1"],
+                 "--candidate", runs["a3"], "--json")
+    assert g.returncode == 0, g.stdout
+    # Too few runs is a usage error naming the field.
+    few = infbench("gate", "noise", runs["a1"], runs["a2"], "--db", str(db))
+    assert few.returncode == 2 and "runs:" in few.stderr
