@@ -39,9 +39,10 @@ _PREWARM_MAX = 1024  # connections opened before the clock starts
 # parser's fixed cost (both give the same result; tests/unit/loadgen/test_fast_parse.py).
 _FAST_MIN_BYTES = 4096
 _CONNECTION_ERRORS = {"connection_refused", "connection_reset", "connection_error"}
-# Finished streams parsed per loop iteration while the backlog is short; a longer backlog
-# (the client is saturated anyway) is worked off in bigger steps so memory stays bounded.
+# Finished streams waiting beyond this many (the client is saturated) get the recorder the
+# next turn of every loop iteration until the backlog is short again, so memory stays bounded.
 _BACKLOG_SOFT = 256
+_RECORD_SLICE_NS = 1_000_000  # parsing per recorder turn: reads wait at most about this long
 # Young-generation GC threshold during the load: collections of the many short-lived
 # per-request objects are rarer and, after gc.freeze(), scan only what the run allocated.
 _GC_GEN0_DURING_RUN = 50_000
@@ -63,15 +64,19 @@ class Pacer:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._scheduled = False
 
-    def enqueue(self, fut: asyncio.Future[None]) -> None:
-        self._waiters.append(fut)
+    def enqueue(self, fut: asyncio.Future[None], first: bool = False) -> None:
+        if first:
+            self._waiters.appendleft(fut)
+        else:
+            self._waiters.append(fut)
         if not self._scheduled:
             self._scheduled = True
             fut.get_loop().call_soon(self._release, fut.get_loop())
 
-    async def turn(self) -> None:
+    async def turn(self, first: bool = False) -> None:
+        """Wait for a turn; `first` jumps the queue (work that must not fall behind)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.enqueue(fut)
+        self.enqueue(fut, first)
         await fut
 
     def _release(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -416,14 +421,18 @@ class Runner:
             await self._backlog_ready.wait()
             self._backlog_ready.clear()
             while backlog:
-                n = 1 if len(backlog) < _BACKLOG_SOFT else len(backlog) // 16
-                # One unit of work per loop iteration, taking turns with request tasks.
-                await self._pacer.turn()
-                for _ in range(n):
+                # At most a slice of work per loop iteration, so reads between are not held
+                # up; a long backlog (a saturated client) goes to the front of the queue
+                # instead of taking bigger slices, so memory stays bounded either way.
+                await self._pacer.turn(first=len(backlog) >= _BACKLOG_SOFT)
+                until = time.monotonic_ns() + _RECORD_SLICE_NS
+                while backlog:
                     idx, spec, intended_ns, raw = backlog[0]
                     parsed = await self._parse(raw)  # cancelled here: still queued, _flush_all has it
                     backlog.popleft()
                     self._record(idx, spec, intended_ns, raw, parsed)
+                    if time.monotonic_ns() >= until:
+                        break
 
     def _note_connection(self, error_class: str | None) -> None:
         if error_class is None or error_class not in _CONNECTION_ERRORS:
