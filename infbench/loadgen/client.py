@@ -29,7 +29,13 @@ T = TypeVar("T")
 
 @dataclass(slots=True)
 class RawResponse:
-    """What the wire gave us for one request; times are `time.monotonic_ns()`."""
+    """What the wire gave us for one request; times are `time.monotonic_ns()`.
+
+    `reads` holds the decoded body (one piece from `stream_post`; any cut in tests) and
+    `read_ns` when each piece was seen; `recv_log` gives, per socket read that brought body
+    bytes, its arrival stamp and the body offsets before and after it. Bytes the log does not
+    cover keep the `read_ns` time of their piece (see `retime`, `arrival_times`).
+    """
 
     send_ns: int
     headers_ns: int | None = None
