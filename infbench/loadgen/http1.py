@@ -2,11 +2,12 @@
 
 Why not aiohttp on the hot path: its parser hands every HTTP chunk to Python three times
 (begin, feed, end), and every SSE event is one HTTP chunk, so at 100k events/s those calls
-alone take a quarter of a core. Here a socket read costs one kernel stamp, one walk over the
-chunk framing in the read (a `find` and an `int` per chunk) and a list append per chunk; no
-task wakes until the body has ended.
+alone take a quarter of a core. Here a socket read costs one kernel stamp and one C-level
+`split` of the chunk framing, checked size by size (`_split_chunks`; anything unusual is
+walked chunk by chunk); no task wakes until the body has ended.
 
-What it speaks: `POST` with a body, responses framed by `Transfer-Encoding: chunked`,
+What it speaks: requests given as bytes (`Pool.request_bytes`: POST with a body, or GET),
+responses framed by `Transfer-Encoding: chunked`,
 `Content-Length` or the connection closing, interim 1xx responses skipped, `Connection:
 close` honoured, TLS for https. No redirects, proxies, compression (it sends no
 `Accept-Encoding`, so servers answer in identity) or pipelining.
