@@ -15,7 +15,7 @@ import duckdb
 from infbench import __version__
 from infbench.store.db import StoreError
 
-RUN_STATUSES = ("running", "completed", "interrupted", "failed")
+RUN_STATUSES = ("running", "completed", "completed_with_errors", "interrupted", "failed")
 
 
 @dataclass(frozen=True)

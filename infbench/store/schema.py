@@ -10,7 +10,8 @@ Tables (schema version 1)
 ``schema_version``
     One row per applied migration: ``version``, ``applied_at``, ``description``.
 ``runs``
-    One row per run: ``status`` is ``running`` | ``completed`` | ``interrupted`` | ``failed``
+    One row per run: ``status`` is ``running`` | ``completed`` | ``completed_with_errors`` | ``interrupted`` |
+    ``failed``
     (``status_reason`` says why when not completed); ``config`` is the full resolved run
     configuration (never holds an API key); ``summary`` is the summary JSON written at the end;
     ``client_bound`` is true when the client, not the target, limited the run.
@@ -63,6 +64,16 @@ and ``itl`` (gaps between consecutive content chunks of a request, in ms).
     note}``: the numbers and the SQL that produced them, rerunnable against this store) and
     ``data_sources`` as above. Diagnosing a run again replaces that playbook's rows.
 
+Version 4
+    ``requests`` gains ``last_choices_ns`` (the last event carrying ``choices``: where e2e and
+    TPOT end), ``usage_ns`` (the usage event) and ``done_ns`` (``[DONE]``); a server that sends
+    usage or ``[DONE]`` late no longer lengthens e2e (``request_latency.trailing_ms`` shows the
+    delay). ``runs.workload_fingerprint`` is a hash of the arrival schedule and the lengths the
+    run asked for: two runs with the same fingerprint sent the same requests in the same
+    order, so the gate can pair them request by request. ``runs.status`` may be
+    ``completed_with_errors``. The ``itl`` view spreads the gap before a read over the content
+    events that read delivered (``itl_ms``) and keeps the per-event gap (``raw_itl_ms``).
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -88,10 +99,21 @@ _T = {
 class Table:
     name: str
     columns: tuple[tuple[str, str], ...]  # (name, DuckDB type); run_id comes first
+    # Columns added by a later migration: name -> schema version that added it. A table is
+    # created as its first version had it and grown by ALTER TABLE, so a store migrated from
+    # any version ends with the same columns in the same order as a new one.
+    added: tuple[tuple[str, int], ...] = ()
 
-    def ddl(self) -> str:
-        cols = ",\n  ".join(f"{n} {t}" for n, t in self.columns)
+    def _since(self, col: str) -> int:
+        return dict(self.added).get(col, 1)
+
+    def ddl(self, version: int = 1) -> str:
+        cols = ",\n  ".join(f"{n} {t}" for n, t in self.columns if self._since(n) <= version)
         return f"CREATE TABLE {self.name} (\n  {cols}\n)"
+
+    def add_columns_ddl(self, version: int) -> tuple[str, ...]:
+        return tuple(f"ALTER TABLE {self.name} ADD COLUMN {n} {t}"
+                     for n, t in self.columns if self._since(n) == version)
 
     def arrow_schema(self) -> pa.Schema:
         """Schema of a batch handed to the writer: every column but run_id."""
@@ -137,7 +159,11 @@ REQUESTS = Table(
         ("finish_reason", "VARCHAR"),
         ("response_id", "VARCHAR"),
         ("server_request_id", "VARCHAR"),
+        ("last_choices_ns", "BIGINT"),
+        ("usage_ns", "BIGINT"),
+        ("done_ns", "BIGINT"),
     ),
+    added=(("last_choices_ns", 4), ("usage_ns", 4), ("done_ns", 4)),
 )
 
 CHUNKS = Table(
@@ -256,7 +282,8 @@ CREATE TABLE runs (
 )
 """
 
-VIEWS_DDL = [
+# The views as schema version 1 created them; version 4 replaced both (VIEWS_V4).
+VIEWS_V1 = [
     """
 CREATE OR REPLACE VIEW request_latency AS
 SELECT run_id, request_idx, label, phase, error_class,
@@ -280,6 +307,52 @@ WHERE content
 ]
 
 
+# e2e ends at the last event that carries `choices` (vLLM's `bench serve` does the same), not
+# at the usage event or `[DONE]`, which a server may send long after the last token; stores
+# from before version 4 have no last_choices_ns and fall back to the last content chunk.
+_E2E_END = "coalesce(last_choices_ns, last_content_ns)"
+
+VIEWS_V4 = [
+    f"""
+CREATE OR REPLACE VIEW request_latency AS
+SELECT run_id, request_idx, label, phase, error_class,
+       (first_content_ns - send_ns) / 1e6 AS ttft_ms,
+       (first_content_ns - intended_send_ns) / 1e6 AS ttft_intended_ms,
+       ({_E2E_END} - send_ns) / 1e6 AS e2e_ms,
+       ({_E2E_END} - intended_send_ns) / 1e6 AS e2e_intended_ms,
+       CASE WHEN output_tokens > 1
+            THEN ({_E2E_END} - first_content_ns) / 1e6 / (output_tokens - 1) END AS tpot_ms,
+       (send_ns - intended_send_ns) / 1e6 AS schedule_lag_ms,
+       (greatest(coalesce(usage_ns, 0), coalesce(done_ns, 0)) - {_E2E_END}) / 1e6
+           AS trailing_ms,
+       prompt_tokens, output_tokens
+FROM requests
+""",
+    # ITL: a read that delivered n content events after a gap g since the previous content
+    # read gives each of its events g / n, so the distribution follows the server's token
+    # schedule even when a busy client reads several events at once. Events that came in the
+    # same read as the first content event have no measurable gap (itl_ms NULL, like the
+    # first). raw_itl_ms is the per-event gap (0 ms inside a read), as vLLM's bench reports.
+    """
+CREATE OR REPLACE VIEW itl AS
+WITH c AS (
+  SELECT run_id, request_idx, seq, t_ns, read_idx, coalesced,
+         t_ns - lag(t_ns) OVER (PARTITION BY run_id, request_idx ORDER BY seq) AS raw_gap_ns,
+         count(*) OVER (PARTITION BY run_id, request_idx, read_idx) AS events_in_read,
+         min(read_idx) OVER (PARTITION BY run_id, request_idx) AS first_read
+  FROM chunks
+  WHERE content
+)
+SELECT run_id, request_idx, seq, t_ns, read_idx, coalesced, events_in_read,
+       CASE WHEN read_idx > first_read
+            THEN max(raw_gap_ns) OVER (PARTITION BY run_id, request_idx, read_idx)
+                 / events_in_read / 1e6 END AS itl_ms,
+       raw_gap_ns / 1e6 AS raw_itl_ms
+FROM c
+""",
+]
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -291,7 +364,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
         "initial schema: runs, requests, chunks, metric_samples, engine_steps, client_samples",
-        (RUNS_DDL, *(t.ddl() for t in BULK_TABLES.values()), *VIEWS_DDL),
+        (RUNS_DDL, *(t.ddl() for t in BULK_TABLES.values()), *VIEWS_V1),
     ),
     Migration(
         2,
@@ -307,6 +380,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         3,
         "diagnoses and findings: what `infbench diagnose` concluded about a run",
         tuple(t.ddl() for t in DIAGNOSIS_TABLES.values()),
+    ),
+    Migration(
+        4,
+        "requests end at the last choices event (usage and [DONE] stamped apart); ITL spread "
+        "over coalesced reads; runs carry their workload fingerprint",
+        (
+            *REQUESTS.add_columns_ddl(4),
+            "ALTER TABLE runs ADD COLUMN workload_fingerprint VARCHAR",
+            *VIEWS_V4,
+        ),
     ),
 )
 

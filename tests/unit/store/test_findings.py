@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from infbench.report.export import export_run
-from infbench.store import MIGRATIONS, StoreError, create_run, open_store, schema_version
+from infbench.store import MIGRATIONS, SCHEMA_VERSION, StoreError, create_run, open_store, schema_version
 from infbench.store.findings import load_diagnoses, save_diagnosis
 from infbench.store.transfer import import_run
 
@@ -104,16 +104,16 @@ def test_unknown_run_is_refused(tmp_path: Path) -> None:
         save_diagnosis(con, _diagnosis(run_id="nope"))
 
 
-def test_version_2_file_migrates_to_3_keeping_its_runs(tmp_path: Path) -> None:
+def test_version_2_file_migrates_to_latest_keeping_its_runs(tmp_path: Path) -> None:
     path = tmp_path / "v2.duckdb"
     old = open_store(path, migrations=MIGRATIONS[:2])
     _run(old)
     assert schema_version(old) == 2
     old.close()
-    with pytest.raises(StoreError, match="older than 3"):
+    with pytest.raises(StoreError, match=f"older than {SCHEMA_VERSION}"):
         open_store(path, read_only=True)
     con = open_store(path)
-    assert schema_version(con) == 3
+    assert schema_version(con) == SCHEMA_VERSION
     assert con.execute("SELECT run_id FROM runs").fetchall() == [("r1",)]
     assert load_diagnoses(con, "r1") == []
     save_diagnosis(con, _diagnosis())

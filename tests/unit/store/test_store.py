@@ -154,3 +154,26 @@ def test_run_lifecycle_and_lookup(tmp_path: Path) -> None:
         get_run(con, "nope")
     with pytest.raises(ValueError, match="status"):
         finish_run(con, "20250101-000001-bbbbbb", status="weird")
+
+
+def test_store_migrated_from_version_3_has_the_columns_of_a_new_one(tmp_path: Path) -> None:
+    from infbench.store.schema import MIGRATIONS as ALL
+
+    old = open_store(tmp_path / "v3.duckdb", migrations=ALL[:3])
+    old.close()
+    migrated = open_store(tmp_path / "v3.duckdb")
+    new = open_store(tmp_path / "new.duckdb")
+    q = ("SELECT table_name, column_name, data_type FROM information_schema.columns "
+         "ORDER BY table_name, ordinal_position")
+    assert migrated.execute(q).fetchall() == new.execute(q).fetchall()
+
+
+def test_itl_view_spreads_a_read_over_the_events_it_delivered(tmp_path: Path) -> None:
+    con = open_store(tmp_path / "s.duckdb")
+    # read 0: two events at 0 ns; read 1: three events 30 ms later; read 2: one, 12 ms later.
+    rows = [(0, 0, 0), (1, 0, 0), (2, 30, 1), (3, 30, 1), (4, 30, 1), (5, 42, 2)]
+    con.executemany("INSERT INTO chunks (run_id, request_idx, seq, t_ns, read_idx, content) "
+                    "VALUES ('r', 0, ?, ? * 1000000, ?, true)", rows)
+    got = con.execute("SELECT seq, itl_ms, raw_itl_ms FROM itl ORDER BY seq").fetchall()
+    assert got == [(0, None, None), (1, None, 0.0), (2, 10.0, 30.0), (3, 10.0, 0.0),
+                   (4, 10.0, 0.0), (5, 12.0, 12.0)]
