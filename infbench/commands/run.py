@@ -20,6 +20,7 @@ from infbench.loadgen.bodies import ENDPOINTS
 from infbench.loadgen.execute import execute_run
 from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.local_engine import bundled_engine
+from infbench.loadgen.outcome import EXIT_CODES_HELP, exit_code, validate_max_error_rate
 from infbench.loadgen.preflight import PreflightError, Target, preflight
 from infbench.loadgen.runner import RunSettings
 from infbench.loadgen.slo import parse_slo
@@ -112,6 +113,7 @@ def run(
     warmup: float = typer.Option(0.0, help="Seconds at the start excluded from the summary (kept in the store)."),
     cooldown: float = typer.Option(0.0, help="Seconds before sending stopped excluded from the summary."),
     timeout: float = typer.Option(300.0, help="Per-request timeout (s)."),
+    max_error_rate: float = typer.Option(0.0, help="Exit 0 even when up to this fraction of requests failed (the run is still stored as completed_with_errors)."),
     seed: int = typer.Option(0, help="Seed for lengths, prompts and arrivals."),
     temperature: float = typer.Option(0.0, help="Sampling temperature sent with each request."),
     ignore_eos: bool = typer.Option(True, help="Ask the server to ignore EOS (when it supports it)."),
@@ -127,6 +129,7 @@ def run(
     try:
         if endpoint not in ENDPOINTS:
             raise ValueError(f"endpoint: {endpoint!r} is not one of {', '.join(ENDPOINTS)}")
+        validate_max_error_rate(max_error_rate)
         in_len = LengthDist.parse(input_tokens, "input_tokens")
         out_len = LengthDist.parse(output_tokens, "output_tokens")
         slo_ms = parse_slo(slo)
@@ -175,13 +178,16 @@ def run(
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
     else:
-        print_summary(Console(), summary, {"run_id": result.run_id, "status": result.outcome.status,
+        print_summary(Console(), summary, {"run_id": result.run_id, "status": result.status.status,
                                            "model": settings.model, "target_url": settings.url})
         Console().print(f"[dim]stored in {db} as run {result.run_id}[/]")
-    if result.signal_name is not None:
-        raise typer.Exit(130)
-    if summary["completed"] == 0:
-        raise typer.Exit(1)
+    code = exit_code(result.status, summary["completed"], max_error_rate=max_error_rate,
+                     signalled=result.signal_name is not None)
+    if code:
+        raise typer.Exit(code)
+
+
+run.__doc__ = f"{run.__doc__}\n\n{EXIT_CODES_HELP}"
 
 
 def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: dict[str, float], *,

@@ -1,8 +1,8 @@
 """One run from start to end: store row, writer, runner, signals, cool-down, summary, status.
 
 Nothing is written before preflight passed (the caller runs it first). From `create_run` on,
-every path ends in `finish_run` with completed, interrupted or failed, and everything
-received so far is in the store.
+every path ends in `finish_run` with completed, completed_with_errors, interrupted or failed,
+and everything received so far is in the store.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.loadgen.client import run_timed
+from infbench.loadgen.outcome import Outcome, classify
 from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
 from infbench.loadgen.summary import mark_cooldown, summarize
 from infbench.loadgen.workloads.base import Workload
@@ -32,6 +33,7 @@ class RunResult:
     outcome: RunOutcome
     summary: dict[str, Any]
     signal_name: str | None
+    status: Outcome
 
 
 async def _drive(runner: Runner, settings: RunSettings, progress: ProgressHook | None) -> tuple[RunOutcome, str | None]:
@@ -100,12 +102,14 @@ def execute_run(
         mark_cooldown(con, run_id, outcome.last_send_ns, settings.cooldown_s)
         a = settings.arrivals
         summary = summarize(con, run_id, slo, open_loop_uncapped=a.kind != "closed" and a.concurrency == 0)
-        summary["status"] = outcome.status
-        summary["status_reason"] = outcome.reason
+        status = classify(outcome.status, outcome.reason, summary["errors"], summary["requests_sent"])
+        summary["status"] = status.status
+        summary["status_reason"] = status.reason
+        summary["error_rate"] = status.error_rate
         summary["scrapes"] = outcome.scrapes
         summary["scrape_errors"] = outcome.scrape_errors
-        finish_run(con, run_id, status=outcome.status, reason=outcome.reason, summary=summary,
+        finish_run(con, run_id, status=status.status, reason=status.reason, summary=summary,
                    client_bound=summary["client_bound"])
-        return RunResult(run_id, outcome, summary, sig)
+        return RunResult(run_id, outcome, summary, sig, status)
     finally:
         con.close()

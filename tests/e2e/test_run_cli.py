@@ -175,7 +175,7 @@ def test_api_key_is_never_stored_or_printed(tmp_path: Path) -> None:
     with sse_server("--api-key", secret, "--faults", "http500:3") as url:
         r = infbench("run", "--url", url, "--db", str(db), "--num-requests", "9", "--arrival", "closed",
                      "--output-tokens", "4", OPENAI_API_KEY=secret)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 1, r.stderr  # every third request fails: not a clean run
         assert secret not in r.stdout + r.stderr
         for args in (["runs"], ["show", "last", "--json"], ["report", "last", "--html", str(tmp_path / "r.html")]):
             out = infbench(*args, "--db", str(db))
@@ -195,13 +195,40 @@ def test_errors_and_malformed_streams_are_classified_and_the_run_goes_on(tmp_pat
     with sse_server("--faults", faults) as url:
         r = infbench("run", "--url", url, "--db", str(db), "--json", "--quiet", "--arrival", "closed",
                      "--concurrency", "4", "--num-requests", "60", "--output-tokens", "8", "--timeout", "1.5")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     s = json.loads(r.stdout)
+    assert s["status"] == "completed_with_errors"
+    status, reason = _rows(db, "SELECT status, status_reason FROM runs")[0]
+    assert status == "completed_with_errors"
+    assert f"{s['failed']} of 60 requests failed" in reason
+    assert all(f"{n} {k}" in reason for k, n in s["errors"].items())
     assert {"http_500", "malformed_sse", "truncated_sse", "invalid_utf8", "connection_reset",
             "server_error", "http_429", "timeout"} <= set(s["errors"])
     assert s["completed"] + s["failed"] == 60 and s["completed"] >= 15
     msgs = _rows(db, "SELECT error_class, error_message FROM requests WHERE error_class IS NOT NULL")
     assert all(m for _, m in msgs)
+
+
+@pytest.mark.parametrize(("every", "max_rate", "code"), [(4, 0.4, 0), (4, 0.1, 1), (6, 0.2, 0), (6, 0.0, 1)])
+def test_max_error_rate_decides_the_exit_code_not_the_status(
+        tmp_path: Path, every: int, max_rate: float, code: int) -> None:
+    db = tmp_path / "m.duckdb"
+    with sse_server("--faults", f"http500:{every}") as url:
+        r = infbench("run", "--url", url, "--db", str(db), "--json", "--quiet", "--arrival", "closed",
+                     "--concurrency", "2", "--num-requests", "24", "--output-tokens", "4",
+                     "--max-error-rate", str(max_rate))
+    assert r.returncode == code, r.stderr
+    s = json.loads(r.stdout)
+    rate = s["errors"]["http_500"] / 24
+    assert abs(rate - 1 / every) <= 1 / 24 and s["error_rate"] == rate
+    assert _rows(db, "SELECT status FROM runs")[0][0] == "completed_with_errors"
+
+
+def test_bad_max_error_rate_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    r = infbench("run", "--url", "http://127.0.0.1:9", "--db", str(tmp_path / "x.duckdb"),
+                 "--max-error-rate", "1.5")
+    assert r.returncode == 2 and "max_error_rate" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "x.duckdb").exists()
 
 
 def test_sigint_keeps_rows_and_marks_run_interrupted(tmp_path: Path) -> None:
