@@ -5,8 +5,10 @@ from the engine's own bookkeeping. Request-level histograms are observed by the 
 outputs arrive (vLLM also measures them in its front end). Everything here runs on the
 server's event loop thread, so no locking is needed.
 
-Counter samples carry the `_total` suffix while the `# TYPE` line names the family without
-it, as `prometheus_client` (and therefore vLLM) writes them.
+Counters are exposed as `prometheus_client` (and therefore vLLM) writes them in text format
+0.0.4: the `# HELP` and `# TYPE` lines and the sample all name `<family>_total`. A `# TYPE`
+line without the suffix over a `_total` sample leaves the sample untyped to every parser
+(Prometheus, promtool, the official Python parser), and counters then lose `rate()` hints.
 """
 
 from __future__ import annotations
@@ -160,11 +162,11 @@ def render(stats: EngineStatsLike, requests: RequestMetrics, model_name: str) ->
     lines: list[str] = []
     for fam in _ENGINE_FAMILIES:
         value = getattr(stats, fam.attribute)
-        sample = fam.name + ("_total" if fam.kind == "counter" else "")
-        lines += [f"# HELP {fam.name} {fam.documentation}", f"# TYPE {fam.name} {fam.kind}",
-                  f"{sample}{_labels(labels)} {_fmt(value)}"]
-    lines += ["# HELP vllm:request_success Count of successfully processed requests.",
-              "# TYPE vllm:request_success counter"]
+        name = fam.name + ("_total" if fam.kind == "counter" else "")
+        lines += [f"# HELP {name} {fam.documentation}", f"# TYPE {name} {fam.kind}",
+                  f"{name}{_labels(labels)} {_fmt(value)}"]
+    lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
+              "# TYPE vllm:request_success_total counter"]
     for reason in ("stop", "length", "abort"):
         count = requests.request_success.get(reason, 0)
         lines.append(

@@ -58,10 +58,10 @@ def test_vllm_names_types_and_values_from_engine_stats() -> None:
     types, samples = parse(prom.render(Stats(), prom.RequestMetrics(), "llama"))
     expected_types = {
         "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
-        "vllm:kv_cache_usage_perc": "gauge", "vllm:prefix_cache_queries": "counter",
-        "vllm:prefix_cache_hits": "counter", "vllm:num_preemptions": "counter",
-        "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
-        "vllm:request_success": "counter",
+        "vllm:kv_cache_usage_perc": "gauge", "vllm:prefix_cache_queries_total": "counter",
+        "vllm:prefix_cache_hits_total": "counter", "vllm:num_preemptions_total": "counter",
+        "vllm:prompt_tokens_total": "counter", "vllm:generation_tokens_total": "counter",
+        "vllm:request_success_total": "counter",
         "vllm:time_to_first_token_seconds": "histogram",
         "vllm:inter_token_latency_seconds": "histogram",
         "vllm:e2e_request_latency_seconds": "histogram",
@@ -71,7 +71,7 @@ def test_vllm_names_types_and_values_from_engine_stats() -> None:
     assert value(samples, "vllm:num_requests_running", model_name="llama") == 3
     assert value(samples, "vllm:num_requests_waiting") == 2
     assert value(samples, "vllm:kv_cache_usage_perc") == 0.25
-    # Counters are sampled with the _total suffix, as prometheus_client exposes them.
+    # Counters: TYPE line and sample both say _total, as prometheus_client writes them.
     assert value(samples, "vllm:prefix_cache_queries_total") == 640
     assert value(samples, "vllm:prefix_cache_hits_total") == 480
     assert value(samples, "vllm:num_preemptions_total") == 1
@@ -121,3 +121,34 @@ def test_histogram_rejects_unsorted_buckets_and_ignores_nan() -> None:
     hist = prom.Histogram("x", "x", [1.0])
     hist.observe(math.nan)
     assert hist.count == 0
+
+
+def _busy_requests() -> prom.RequestMetrics:
+    requests = prom.RequestMetrics()
+    for v in (0.002, 0.04, 0.7):
+        requests.time_to_first_token.observe(v)
+        requests.inter_token_latency.observe(v / 10)
+        requests.e2e_request_latency.observe(v * 30)
+        requests.request_queue_time.observe(v / 2)
+    requests.request_success["stop"] += 4
+    return requests
+
+
+def test_official_parser_types_every_family_as_prometheus_client_would() -> None:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ours = {f.name: f.type for f in text_string_to_metric_families(
+        prom.render(Stats(), _busy_requests(), "m"))}
+    assert "unknown" not in ours.values(), ours
+    # The reference: what prometheus_client itself writes for the same names and kinds.
+    reg = CollectorRegistry()
+    for fam in prom._ENGINE_FAMILIES:
+        kind = Counter if fam.kind == "counter" else Gauge
+        kind(fam.name, fam.documentation, ["model_name"], registry=reg).labels("m")
+    Counter("vllm:request_success", "x", ["model_name", "finished_reason"], registry=reg)
+    theirs = {f.name: f.type for f in text_string_to_metric_families(generate_latest(reg).decode())
+              if not f.name.endswith("_created")}
+    assert {k: ours[k] for k in theirs} == theirs
+    assert sum(t == "counter" for t in ours.values()) == 6
+    assert sum(t == "histogram" for t in ours.values()) == 4
