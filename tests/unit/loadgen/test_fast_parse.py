@@ -17,12 +17,19 @@ def _event(obj: object) -> bytes:
 
 
 def _stream(rng: np.random.Generator, n_tokens: int, done: bool = True) -> bytes:
+    """A completions stream; its tail varies: a finish event or none, usage or none, usage in
+    every event (vLLM's continuous usage stats) or in one event with empty choices."""
+    every_usage = rng.random() < 0.2
+    usage = {"prompt_tokens": 3, "completion_tokens": n_tokens}
     parts = [_event({"id": "cmpl-7", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
     for _ in range(n_tokens):
         text = "" if rng.random() < 0.1 else str(rng.choice([" a", " \"q\"", " text:", "é"]))
-        parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": text, "finish_reason": None}]}))
-    parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
-    parts.append(_event({"id": "cmpl-7", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n_tokens}}))
+        parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": text, "finish_reason": None}],
+                             **({"usage": usage} if every_usage else {})}))
+    if rng.random() < 0.8:
+        parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+    if rng.random() < 0.8:
+        parts.append(_event({"id": "cmpl-7", "choices": [], "usage": usage}))
     if done:
         parts.append(b"data: [DONE]\n\n")
     return b"".join(parts)
@@ -72,13 +79,13 @@ def test_fast_parser_matches_general_parser(seed: int) -> None:
         assert np.array_equal(np.asarray(getattr(fast, name)), np.asarray(getattr(slow, name))), name
     assert _same_reads(fast.read_idx, slow.read_idx)
     for name in ("num_content", "num_coalesced", "first_chunk_ns", "first_content_ns", "last_content_ns",
-                 "last_chunk_ns", "response_id", "finish_reason", "usage", "error_class", "done",
-                 "response_bytes"):
+                 "last_chunk_ns", "last_choices_ns", "usage_ns", "done_ns", "num_itl", "response_id",
+                 "finish_reason", "usage", "error_class", "done", "response_bytes"):
         assert getattr(fast, name) == getattr(slow, name), name
 
 
 def test_fast_parser_works_through_a_long_body_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    import infbench.loadgen.sse as sse
+    import infbench.loadgen.sse_fast as sse
 
     monkeypatch.setattr(sse, "FAST_PIECE_BYTES", 1000)
     rng = np.random.default_rng(1)
@@ -113,3 +120,30 @@ def test_invalid_utf8_is_classified_on_the_fast_path() -> None:
     body = b'data: {"id":"x","choices":[{"text":"\xff"}]}\n\ndata: [DONE]\n\n'
     out = _fast(RawResponse(send_ns=0, read_ns=[1], reads=[body]))
     assert out is not None and out.error_class == "invalid_utf8"
+
+
+@pytest.mark.parametrize("tail_ns", [0, 279_000_000, 2_000_000_000])
+def test_late_usage_and_done_on_the_fast_path(tail_ns: int) -> None:
+    """Tokens 10 ms apart, the finish event with the last one, usage and [DONE] `tail_ns`
+    later in their own read: e2e's end (the last event carrying choices) stays at the last
+    token on both parsers."""
+    events = [_event({"id": "c", "choices": [{"index": 0, "text": f" t{k}", "finish_reason": None}]})
+              for k in range(40)]
+    events.append(_event({"id": "c", "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+    tail = _event({"id": "c", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 40}})
+    body = b"".join(events) + tail + b"data: [DONE]\n\n"
+    # One read per token event; the finish event in the last token's read.
+    bounds = np.cumsum([len(e) for e in events])[[*range(39), 40]]
+    log: list[int] = []
+    start = 0
+    for k, end in enumerate(bounds.tolist()):
+        log += [1_000_000 + 10_000_000 * k, start, end]
+        start = end
+    last = log[-3]  # the finish event's read, with the last token's stamp below it
+    log += [last + tail_ns, start, len(body)]
+    raw = RawResponse(send_ns=0, read_ns=[log[-3]], reads=[body], recv_log=log)
+    fast, slow = _fast(raw), parse_reads(*retime(raw))
+    assert fast is not None
+    for out in (fast, slow):
+        assert out.last_choices_ns == last and out.last_content_ns <= last
+        assert out.usage_ns == out.done_ns == last + tail_ns

@@ -155,3 +155,65 @@ def test_retime_uses_arrival_stamps_and_keeps_uncovered_bytes() -> None:
     assert read_ns == [50, 50, 60]
     out = parse_reads(read_ns, reads)
     assert out.t_ns[:3] == [50, 50, 60]
+
+
+@pytest.mark.parametrize(
+    ("payload", "choices", "usage"),
+    [
+        (b'{"choices":[{"text":" hi"}]}', True, False),
+        (b'{"choices": [ {"delta":{}} ]}', True, False),
+        (b'{"choices":[],"usage":{"completion_tokens":3}}', False, True),
+        (b'{"choices": [ ], "usage": null}', False, False),
+        (b'{"choices":[{"text":"\\"choices\\": [1]"}],"usage":null}', True, False),
+        (b'{"choices":[{"text":"\\"usage\\": {}"}]}', True, False),
+        (b'{"id":"x","usage":{"prompt_tokens":1},"choices":[{"text":"a"}]}', True, True),
+    ],
+)
+def test_choices_and_usage_detection(payload: bytes, choices: bool, usage: bool) -> None:
+    from infbench.loadgen.sse import carries_choices, carries_usage
+
+    obj = json.loads(payload)
+    assert carries_choices(payload) is choices is bool(obj.get("choices"))
+    assert carries_usage(payload) is usage is isinstance(obj.get("usage"), dict)
+
+
+def test_late_usage_and_done_do_not_end_the_stream() -> None:
+    # Tokens every 10 ms to 121 ms, the finish event with the last token; usage and [DONE]
+    # 279 ms later (the case: e2e must end at 121 ms, not 400 ms).
+    times = [11 + 10 * k for k in range(12)] + [400]
+    reads = [comp(f" t{k}") for k in range(11)] + [comp(" last") + comp("", "length"), USAGE + DONE]
+    out = parse_reads(times, reads)
+    assert out.error_class is None and out.num_content == 12
+    assert (out.last_content_ns, out.last_choices_ns) == (121, 121)
+    assert (out.usage_ns, out.done_ns, out.last_chunk_ns) == (400, 400, 400)
+    assert out.mean_itl_ns() == pytest.approx(10.0)
+
+
+def test_finish_event_after_the_last_token_ends_the_stream() -> None:
+    # A chat stream whose finish chunk (choices, no content) comes 5 ms after the last token,
+    # usage 50 ms after that and [DONE] 30 ms later still: each stamp in its own field.
+    fin = ev({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    out = parse_reads([3, 8, 13, 63, 93], [chat("", role=True) + chat("a"), chat("b"), fin, USAGE, DONE])
+    assert (out.first_content_ns, out.last_content_ns) == (3, 8)
+    assert (out.last_choices_ns, out.usage_ns, out.done_ns) == (13, 63, 93)
+    assert out.finish_reason == "stop"
+
+
+def test_spread_itl_counts_only_events_after_the_first_content_read() -> None:
+    # read 0: role chunk + 2 tokens at 5; read 1: 3 tokens at 35; read 2: one at 45.
+    reads = [chat("", role=True) + chat("a") + chat("b"), chat("c") + chat("d") + chat("e"), chat("f") + DONE]
+    out = parse_reads([5, 35, 45], reads)
+    assert out.num_content == 6 and out.num_itl == 4
+    assert out.mean_itl_ns() == pytest.approx((45 - 5) / 4)  # 10, 10, 10 and 10
+    assert out.num_coalesced == 3
+
+
+def test_unterminated_done_is_stamped_with_its_read() -> None:
+    out = parse_reads([1, 2, 9], [comp(" a"), comp(" b"), b"data: [DONE]"])
+    assert out.done and out.done_ns == 9 and out.error_class is None
+    assert out.last_choices_ns == 2 and out.usage_ns is None
+
+
+def test_single_token_stream_has_no_itl() -> None:
+    out = parse_reads([1, 2], [comp(" a"), DONE])
+    assert out.num_itl == 0 and out.mean_itl_ns() is None
