@@ -510,6 +510,7 @@ class Runner:
             "headers_ns": rel(raw.headers_ns), "first_chunk_ns": rel(p.first_chunk_ns),
             "first_content_ns": rel(p.first_content_ns), "last_content_ns": rel(p.last_content_ns),
             "last_chunk_ns": rel(p.last_chunk_ns), "end_ns": rel(raw.end_ns),
+            "last_choices_ns": rel(p.last_choices_ns), "usage_ns": rel(p.usage_ns), "done_ns": rel(p.done_ns),
             "status_code": raw.status, "error_class": error_class, "error_message": error_message,
             "target_input_tokens": spec.target_input_tokens,
             "prompt_tokens": usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None,
@@ -529,8 +530,9 @@ class Runner:
             st.done += 1
             if p.first_content_ns is not None:
                 st.recent_ttft_ms.append((p.first_content_ns - raw.send_ns) / 1e6)
-            if p.num_content > 1 and p.last_content_ns is not None and p.first_content_ns is not None:
-                st.recent_itl_ms.append((p.last_content_ns - p.first_content_ns) / 1e6 / (p.num_content - 1))
+            itl_ns = p.mean_itl_ns()  # the summary's spread ITL, averaged over this stream
+            if itl_ns is not None:
+                st.recent_itl_ms.append(itl_ns / 1e6)
         else:
             st.errors += 1
             st.errors_by_class[error_class] = st.errors_by_class.get(error_class, 0) + 1
