@@ -323,8 +323,8 @@ SELECT run_id, request_idx, label, phase, error_class,
        CASE WHEN output_tokens > 1
             THEN ({_E2E_END} - first_content_ns) / 1e6 / (output_tokens - 1) END AS tpot_ms,
        (send_ns - intended_send_ns) / 1e6 AS schedule_lag_ms,
-       (greatest(coalesce(usage_ns, 0), coalesce(done_ns, 0)) - {_E2E_END}) / 1e6
-           AS trailing_ms,
+       -- greatest() skips NULLs: NULL only when the stream had neither (or an older store)
+       (greatest(usage_ns, done_ns) - {_E2E_END}) / 1e6 AS trailing_ms,
        prompt_tokens, output_tokens
 FROM requests
 """,

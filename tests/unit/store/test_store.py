@@ -177,3 +177,17 @@ def test_itl_view_spreads_a_read_over_the_events_it_delivered(tmp_path: Path) ->
     got = con.execute("SELECT seq, itl_ms, raw_itl_ms FROM itl ORDER BY seq").fetchall()
     assert got == [(0, None, None), (1, None, 0.0), (2, 10.0, 30.0), (3, 10.0, 0.0),
                    (4, 10.0, 0.0), (5, 12.0, 12.0)]
+
+
+def test_request_latency_ends_at_the_last_choices_event(tmp_path: Path) -> None:
+    con = open_store(tmp_path / "s.duckdb")
+    ms = 1_000_000
+    # (idx, first_content, last_content, last_choices, usage, done, output tokens)
+    rows = [(0, 20, 121, 121, 400, 400, 11),   # late usage and [DONE]: e2e still ends at 121 ms
+            (1, 20, 121, 130, None, 131, 11),  # a finish event after the last token, no usage
+            (2, 20, 121, None, None, None, 11)]  # a store from before version 4
+    con.executemany("INSERT INTO requests (run_id, request_idx, send_ns, first_content_ns, last_content_ns, "
+                    "last_choices_ns, usage_ns, done_ns, last_chunk_ns, output_tokens) "
+                    f"VALUES ('r', ?, 0, ? * {ms}, ? * {ms}, ? * {ms}, ? * {ms}, ? * {ms}, 400 * {ms}, ?)", rows)
+    got = con.execute("SELECT e2e_ms, tpot_ms, trailing_ms FROM request_latency ORDER BY request_idx").fetchall()
+    assert got == [(121.0, 10.1, 279.0), (130.0, 11.0, 1.0), (121.0, 10.1, None)]
