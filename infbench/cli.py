@@ -10,9 +10,11 @@ from infbench.commands import gate as gate_cmd
 from infbench.commands import results as results_cmd
 from infbench.commands import run as run_cmd
 from infbench.commands import sweep as sweep_cmd
+from infbench.exit_codes import SUMMARY as EXIT_CODES
+from infbench.exit_codes import error_boundary
 
 app = typer.Typer(
-    help="Benchmark and diagnose LLM inference endpoints.",
+    help=f"Benchmark and diagnose LLM inference endpoints.\n\n{EXIT_CODES}",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -34,7 +36,8 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    with error_boundary():
+        app()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from infbench.console import make_console, print_error
 from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
@@ -24,7 +25,7 @@ _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    print_error(message)
     return typer.Exit(2)
 
 
@@ -124,7 +125,7 @@ def stalls(
     if json_out:
         sys.stdout.write(json.dumps(diag.to_dict(), indent=2, default=str) + "\n")
         return
-    console = Console()
+    console = make_console()
     print_diagnosis(console, diag, sql)
     if saved is not None:
         console.print(f"[dim]saved {saved} finding(s) to {db}; `infbench report {diag.run_id} "

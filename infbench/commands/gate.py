@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from infbench.console import make_console, print_error
 from infbench.gate import FAIL, INCONCLUSIVE, PASS, evaluate_rule, load_rules, overall
 from infbench.gate.compat import workload_differences
 from infbench.gate.noise import measure_noise, suggested_toml
@@ -30,7 +30,7 @@ _STYLE = {PASS: "bold green", FAIL: "bold red", INCONCLUSIVE: "bold yellow"}
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(message)
     return typer.Exit(2)
 
 
@@ -100,7 +100,7 @@ def gate(
 
 
 def _print_table(doc: dict, results: list) -> None:
-    console = Console()
+    console = make_console()
     t = Table(title=f"gate: baseline {doc['baseline']} vs candidate {doc['candidate']} "
                     f"({doc['confidence']:.0%} intervals)", title_justify="left")
     for c in ("rule", "baseline", "candidate", "change", "interval", "tolerance", "verdict"):
@@ -165,7 +165,7 @@ def plan(
                   "-" if r.relative_se is None else f"{r.relative_se:.2%}",
                   size(r.to_detect, r.unit_of_size), secs(r.seconds_to_detect),
                   size(r.to_clear, r.unit_of_size), secs(r.seconds_to_clear))
-    console = Console()
+    console = make_console()
     console.print(t)
     for r in rows:
         if r.note:
@@ -214,7 +214,7 @@ def noise(
     for r in rows:
         t.add_row(r.rule, f"{np.mean(r.values):.4g}" if r.values and r.between is not None else "-",
                   pct(r.between), pct(r.within), pct(r.run_noise), pct(r.upper))
-    console = Console()
+    console = make_console()
     console.print(t)
     for r in rows:
         if r.note:
@@ -255,7 +255,7 @@ def compare(
         va, vb = sa.get(k), sb.get(k)
         rel = f"{vb / va - 1:+.1%}" if isinstance(va, int | float) and isinstance(vb, int | float) and va else "-"
         t.add_row(k, "-" if va is None else f"{va:,.4g}", "-" if vb is None else f"{vb:,.4g}", rel)
-    console = Console()
+    console = make_console()
     console.print(t)
     console.print("[dim]single numbers, no intervals: use `infbench gate` for a verdict[/]")
     for d in diffs:

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from infbench.console import make_console, print_error
 from infbench.report.export import EXPORT_FORMATS, export_run
 from infbench.report.html import write_html_report
 from infbench.report.terminal import print_summary
@@ -19,7 +19,7 @@ DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(message)
     return typer.Exit(2)
 
 
@@ -52,7 +52,7 @@ def runs(db: Path = DB_OPTION, limit: int = typer.Option(50, help="Most recent N
                   str(r.config.get("workload", {}).get("workload", "")), str(counts.get(r.run_id, 0)),
                   f"{s['request_throughput']:.2f}" if "request_throughput" in s else "-",
                   f"{s['p99_ttft_ms']:.1f}" if s.get("p99_ttft_ms") is not None else "-", note)
-    Console().print(t)
+    make_console().print(t)
 
 
 def show(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."), db: Path = DB_OPTION,
@@ -70,7 +70,7 @@ def show(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last
         sys.stdout.write(json.dumps({"run_id": run.run_id, "status": run.status, "status_reason": run.status_reason,
                                      "config": run.config, "summary": run.summary}, indent=2, default=str) + "\n")
         return
-    console = Console()
+    console = make_console()
     if run.summary is None:
         console.print(f"run {run.run_id}: {run.status} ({run.status_reason or 'no summary was written'})")
         return
