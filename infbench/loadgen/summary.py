@@ -4,6 +4,10 @@ Key names follow vLLM's benchmark result JSON where the meaning is the same (`co
 `request_throughput`, `mean_ttft_ms`, `p99_itl_ms`, `p99.9_e2el_ms`, ...). Latencies are in
 ms over requests of the `measure` phase that finished without error; `*_intended_*` keys
 measure from the intended send time (the arrival schedule) instead of the actual one.
+e2e and TPOT end at the last event that carries choices (the store's `request_latency`);
+`*_trailing_ms` is how long usage/`[DONE]` came after it. `*_itl_ms` spread each socket read's
+gap over the content events it delivered (the store's `itl` view), `raw_*_itl_ms` are the
+per-event gaps, 0 ms inside a read, as vLLM reports them.
 Goodput counts a request only when every SLO holds for it, with TTFT and e2e measured from
 the intended send, so a client that fell behind cannot flatter the result.
 """
@@ -25,6 +29,9 @@ LOOP_LAG_MEDIAN_MS = 10.0
 LOOP_LAG_MAX_MS = 250.0
 SCHEDULE_LAG_P99_MS = 10.0
 COALESCED_WARN_FRACTION = 0.01
+# Usage/[DONE] this long after the last event with choices (typically, or at p99) is a finding.
+TRAILING_WARN_MEDIAN_MS = 20.0
+TRAILING_WARN_P99_MS = 200.0
 
 
 def _pkey(p: float) -> str:
@@ -51,72 +58,100 @@ def _stats(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], name: st
     return out
 
 
-# ITL statistics are built from a histogram at 1 us resolution, filled a slice of requests at a
+# ITL statistics are built from histograms at 1 us resolution, filled a slice of requests at a
 # time: the window over every chunk of a run (and an exact quantile over every gap) would
 # need memory in proportion to the run's length. Slices hold about this many chunks.
 ITL_SLICE_CHUNKS = 500_000
 
+# Per slice: the content events grouped by the read that delivered them, each read's gap since
+# the previous content read of its request (NULL for the first), and from those, histogram
+# rows for both definitions (kind 0: spread, kind 1: raw). A read of n events after a gap g
+# gives n spread values g/n (the store's `itl.itl_ms`); as per-event gaps (`itl.raw_itl_ms`)
+# it gives one g and n - 1 zeros, and the first read n - 1 zeros. Events of one read share
+# its stamp, so nothing finer is lost by grouping them first.
+_ITL_SLICE_SQL = """
+WITH ok AS (SELECT request_idx FROM requests
+            WHERE run_id = $run AND phase = 'measure' AND error_class IS NULL
+              AND request_idx >= $a AND request_idx < $b),
+     reads AS (SELECT request_idx, read_idx, max(t_ns) AS t, count(*) AS n
+               FROM chunks SEMI JOIN ok USING (request_idx)
+               WHERE run_id = $run AND content AND request_idx >= $a AND request_idx < $b
+               GROUP BY request_idx, read_idx),
+     gaps AS (SELECT n, t - lag(t) OVER (PARTITION BY request_idx ORDER BY read_idx) AS g FROM reads)
+SELECT 0, CAST(round(g / n / 1e3) AS BIGINT), sum(n), sum(g) / 1e6, sum(g::DOUBLE * g / n) / 1e12, max(g / n)
+FROM gaps WHERE g IS NOT NULL GROUP BY 2
+UNION ALL
+SELECT 1, CAST(round(g / 1e3) AS BIGINT), count(*), sum(g) / 1e6, sum(g::DOUBLE * g) / 1e12, max(g)
+FROM gaps WHERE g IS NOT NULL GROUP BY 2
+UNION ALL
+SELECT 1, 0, sum(n - 1), 0.0, 0.0, 0.0 FROM gaps HAVING sum(n - 1) > 0
+"""
+
+
+class _Histogram:
+    """Counts per 1 us value plus exact sums, merged across slices."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.n, self.total, self.total_sq, self.top = 0, 0.0, 0.0, None
+
+    def add(self, us: int, cnt: int, s1: float, s2: float, top_ns: float) -> None:
+        self.counts[us] = self.counts.get(us, 0) + int(cnt)
+        self.n += int(cnt)
+        self.total += s1
+        self.total_sq += s2
+        self.top = top_ns if self.top is None or top_ns > self.top else self.top
+
+    def stats(self, name: str) -> dict[str, float | None]:
+        """The keys `_stats` gives; quantiles interpolate like quantile_cont over the 1 us
+        values, mean, std and max are exact."""
+        keys = [f"{k}_{name}_ms" for k in ("mean", "median", "std")]
+        keys += [f"p{_pkey(p)}_{name}_ms" for p in PERCENTILES] + [f"max_{name}_ms"]
+        if not self.n:
+            return dict.fromkeys(keys)
+        values = np.array(sorted(self.counts), dtype=np.float64)
+        cum = np.cumsum([self.counts[int(v)] for v in values])
+        n = self.n
+
+        def quantile(q: float) -> float:
+            # quantile_cont: linear interpolation between order statistics floor(h) and ceil(h).
+            h = (n - 1) * q
+            lo_i, hi_i = int(np.floor(h)), int(np.ceil(h))
+            v_lo = values[np.searchsorted(cum, lo_i, side="right")]
+            v_hi = values[np.searchsorted(cum, hi_i, side="right")]
+            return float(v_lo + (v_hi - v_lo) * (h - lo_i)) / 1e3
+
+        mean = self.total / n
+        out: dict[str, float | None] = {
+            f"mean_{name}_ms": mean, f"median_{name}_ms": quantile(0.5),
+            f"std_{name}_ms": float(np.sqrt(max(0.0, self.total_sq / n - mean * mean)))}
+        for p in PERCENTILES:
+            out[f"p{_pkey(p)}_{name}_ms"] = quantile(p / 100)
+        out[f"max_{name}_ms"] = float(self.top) / 1e6 if self.top is not None else None
+        return out
+
 
 def _itl_stats(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, float | None]:
-    """mean/median/std/percentiles/max of the gaps between content chunks, as `_stats` gives.
+    """ITL as the store's `itl` view defines it (`*_itl_ms`: each read's gap spread over the
+    content events it delivered) and the per-event gaps (`raw_*_itl_ms`: 0 ms inside a read,
+    what vLLM's `bench serve` reports), with the keys `_stats` gives.
 
-    Quantiles interpolate like quantile_cont over gaps rounded to 1 us; mean, std and max use
-    the exact nanosecond gaps. Memory is bounded by one slice plus the distinct 1 us values.
+    Memory is bounded by one slice plus the distinct 1 us values.
     """
     bounds = con.execute(
         f"SELECT min(request_idx), max(request_idx), sum(num_chunks) FROM requests WHERE run_id = ? AND {_OK}",
         [run_id],
     ).fetchone()
-    hist: dict[int, int] = {}
-    n, total, total_sq, top = 0, 0.0, 0.0, None
+    hists = (_Histogram(), _Histogram())
     if bounds is not None and bounds[0] is not None:
         lo, hi, chunks = int(bounds[0]), int(bounds[1]), int(bounds[2] or 0)
         per_request = max(1.0, chunks / max(1, hi - lo + 1))
         step = max(1, int(ITL_SLICE_CHUNKS / per_request))
         for a in range(lo, hi + 1, step):
-            rows = con.execute(
-                """WITH ok AS (SELECT request_idx FROM requests
-                               WHERE run_id = $run AND phase = 'measure' AND error_class IS NULL
-                                 AND request_idx >= $a AND request_idx < $b),
-                        gaps AS (SELECT t_ns - lag(t_ns) OVER (PARTITION BY request_idx ORDER BY seq) AS g
-                                 FROM chunks SEMI JOIN ok USING (request_idx)
-                                 WHERE run_id = $run AND content AND request_idx >= $a AND request_idx < $b)
-                   SELECT CAST(round(g / 1e3) AS BIGINT), count(*), sum(g / 1e6), sum((g / 1e6) ^ 2), max(g)
-                   FROM gaps WHERE g IS NOT NULL GROUP BY 1""",
-                {"run": run_id, "a": a, "b": a + step},
-            ).fetchall()
-            for us, cnt, s1, s2, mx in rows:
-                hist[us] = hist.get(us, 0) + cnt
-                n += cnt
-                total += s1
-                total_sq += s2
-                top = mx if top is None or mx > top else top
-    out: dict[str, float | None] = {}
-    if not n:
-        for key in ("mean", "median", "std"):
-            out[f"{key}_itl_ms"] = None
-        for p in PERCENTILES:
-            out[f"p{_pkey(p)}_itl_ms"] = None
-        out["max_itl_ms"] = None
-        return out
-    values = np.array(sorted(hist), dtype=np.float64)
-    cum = np.cumsum([hist[int(v)] for v in values])
-    mean = total / n
-
-    def quantile(q: float) -> float:
-        # quantile_cont: linear interpolation between order statistics floor(h) and ceil(h).
-        h = (n - 1) * q
-        lo_i, hi_i = int(np.floor(h)), int(np.ceil(h))
-        v_lo = values[np.searchsorted(cum, lo_i, side="right")]
-        v_hi = values[np.searchsorted(cum, hi_i, side="right")]
-        return float(v_lo + (v_hi - v_lo) * (h - lo_i)) / 1e3
-
-    out["mean_itl_ms"] = mean
-    out["median_itl_ms"] = quantile(0.5)
-    out["std_itl_ms"] = float(np.sqrt(max(0.0, total_sq / n - mean * mean)))
-    for p in PERCENTILES:
-        out[f"p{_pkey(p)}_itl_ms"] = quantile(p / 100)
-    out["max_itl_ms"] = float(top) / 1e6 if top is not None else None
+            for kind, us, cnt, s1, s2, top in con.execute(_ITL_SLICE_SQL, {"run": run_id, "a": a, "b": a + step}).fetchall():
+                hists[kind].add(us, cnt, s1, s2, top)
+    out = hists[0].stats("itl")
+    out.update({f"raw_{k}": v for k, v in hists[1].stats("itl").items()})
     return out
 
 
@@ -172,6 +207,7 @@ def summarize(
     coalesced, content = int(r[9] or 0), int(r[10] or 0)
     s["coalesced_chunks"] = coalesced
     s["coalesced_fraction"] = coalesced / content if content else 0.0
+    s.update(_stats(con, base.format(col="trailing_ms"), [run_id], "trailing"))
 
     errs = q(
         "SELECT error_class, count(*) FROM requests WHERE run_id = ? AND error_class IS NOT NULL "
@@ -196,12 +232,29 @@ def summarize(
     s["client_bound"] = bool(s["client_health"]["client_bound_reasons"])
     warnings = list(s["client_health"]["client_bound_reasons"])
     if s["coalesced_fraction"] > COALESCED_WARN_FRACTION:
+        raw = s["raw_median_itl_ms"]
         warnings.append(
             f"{s['coalesced_fraction']:.1%} of content chunks arrived in the same socket read as the "
-            "previous one: their 0 ms ITL is read batching, not server behaviour"
+            "previous one (the client read late or the server wrote several at once): ITL spreads each "
+            "read's gap over its chunks; per-event gaps, which count them as 0 ms, have median "
+            f"{'-' if raw is None else f'{raw:.2f}'} ms (raw_*_itl_ms)"
         )
+    warnings.extend(_trailing_warnings(s))
     s["warnings"] = warnings
     return s
+
+
+def _trailing_warnings(s: dict[str, Any]) -> list[str]:
+    """Usage and [DONE] long after the last token: not in e2e (it ends at the last event with
+    choices), but a client that waits for [DONE] waits for it, so it is worth a line."""
+    med, p99 = s.get("median_trailing_ms"), s.get("p99_trailing_ms")
+    if med is not None and med > TRAILING_WARN_MEDIAN_MS:
+        return [f"usage/[DONE] typically arrived {med:.1f} ms after the last event with choices "
+                f"(median > {TRAILING_WARN_MEDIAN_MS:g} ms); e2e and TPOT end at that event"]
+    if p99 is not None and p99 > TRAILING_WARN_P99_MS:
+        return [f"usage/[DONE] arrived {p99:.0f} ms after the last event with choices at p99 "
+                f"(> {TRAILING_WARN_P99_MS:g} ms); e2e and TPOT end at that event"]
+    return []
 
 
 def _by_label(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, Any]]:

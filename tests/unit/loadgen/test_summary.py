@@ -14,7 +14,8 @@ MS = 1_000_000
 
 
 def _store(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    """Two good requests (5 content chunks, 10 ms apart) and one http_500; intended send 2 ms early."""
+    """Two good requests (5 content chunks, 10 ms apart) and one http_500; intended send 2 ms early.
+    Request b's last two chunks came in one read, stamped with its arrival (the last one's)."""
     con = open_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="completions", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")
@@ -30,7 +31,9 @@ def _store(tmp_path: Path) -> duckdb.DuckDBPyConnection:
                                 None, 50, 5, "usage", 5, 1 if i else 0), strict=True):
             req[col].append(v)
         for k, t in enumerate(ts):
-            for col, v in zip(chunks, (i, k, t, k - (1 if i and k == 4 else 0), 10, True, bool(i and k == 4)), strict=True):
+            shared = i == 1 and k >= 3  # b: chunks 3 and 4 in read 3, at chunk 4's time
+            for col, v in zip(chunks, (i, k, ts[4] if shared else t, 3 if shared else k, 10, True,
+                                       bool(shared and k == 4)), strict=True):
                 chunks[col].append(v)
     for col, v in zip(req, (2, "a", "measure", 2000 * MS, 2000 * MS, None, None, None, 2001 * MS,
                             "http_500", None, 0, None, 0, 0), strict=True):
@@ -48,7 +51,11 @@ def test_latencies_throughput_and_errors(tmp_path: Path) -> None:
     assert s["mean_ttft_ms"] == pytest.approx(200.0)
     assert s["mean_ttft_intended_ms"] == pytest.approx(202.0)
     assert s["median_tpot_ms"] == pytest.approx(10.0)
+    # Spread: b's read of two chunks 20 ms after the previous one is 10 ms per chunk, as the
+    # server sent them; per event it is 20 ms and 0 ms.
     assert s["mean_itl_ms"] == pytest.approx(10.0) and s["p99_itl_ms"] == pytest.approx(10.0)
+    assert s["raw_max_itl_ms"] == pytest.approx(20.0) and s["raw_mean_itl_ms"] == pytest.approx(10.0)
+    assert s["raw_p50_itl_ms"] == pytest.approx(10.0) and s["max_itl_ms"] == pytest.approx(10.0)
     assert s["mean_e2el_ms"] == pytest.approx(240.0)
     assert s["duration"] == pytest.approx(2.001)
     assert s["total_output_tokens"] == 10 and s["total_input_tokens"] == 100
