@@ -27,6 +27,12 @@ _SERVER_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vll
                   "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total")
 
 
+_DEFINITIONS = ("<p style='font-size:12px'>ITL: the gap before each socket read spread over the tokens "
+                "that read delivered, so tokens a busy client read together keep the server's spacing; "
+                "per event (vLLM's definition) they are 0 ms apart. E2E and TPOT end at the last event "
+                "that carries choices, not at usage or [DONE].</p>")
+
+
 def _col(con: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> dict[str, np.ndarray]:
     return con.execute(sql, params).fetchnumpy()
 
@@ -52,7 +58,8 @@ def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
         return {k: s.get(f"{k}_{name}_ms") for k in ("p50", "p99")}  # type: ignore[misc]
 
     plots.append(("TTFT", svg.histogram(_f(lat["ttft_ms"]), "TTFT distribution", "ms from actual send", marks=marks("ttft"))))
-    plots.append(("ITL", svg.histogram(_f(itl["itl_ms"]), "ITL distribution", "ms between content chunks", marks=marks("itl"))))
+    plots.append(("ITL", svg.histogram(_f(itl["itl_ms"]), "ITL distribution",
+                                       "ms per token (each read's gap spread over its tokens)", marks=marks("itl"))))
     plots.append(("E2E", svg.histogram(_f(lat["e2e_ms"]), "End-to-end latency distribution", "ms", marks=marks("e2el"))))
     plots.append(("TPOT", svg.histogram(_f(lat["tpot_ms"]), "TPOT distribution", "ms per output token", marks=marks("tpot"))))
 
@@ -103,12 +110,16 @@ def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
                                            ("running seqs", _f(steps["t"]), _f(steps["num_running"]))],
                                           "Engine steps (reference engine step log)", "s since run start", "")))
 
+    figures = [("", "ttft", "TTFT"), ("", "ttft_intended", "TTFT from intended"), ("", "itl", "ITL"),
+               ("raw_", "itl", "ITL per event (raw, 0 inside a read)"), ("", "tpot", "TPOT"), ("", "e2el", "E2E"),
+               ("", "e2el_intended", "E2E from intended"), ("", "trailing", "usage/[DONE] after the last choices event")]
     rows = "".join(
         f"<tr><td>{html.escape(label)}</td>" + "".join(
-            f"<td>{_num(s.get(f'{c}_{key}_ms'))}</td>"
+            f"<td>{_num(s.get(f'{prefix}{c}_{key}_ms'))}</td>"
             for c in ("mean", "p50", "p90", "p95", "p99", "p99.9")) + "</tr>"
-        for key, label in (("ttft", "TTFT"), ("ttft_intended", "TTFT from intended"), ("itl", "ITL"),
-                           ("tpot", "TPOT"), ("e2el", "E2E"), ("e2el_intended", "E2E from intended")))
+        for prefix, key, label in figures
+        # figures newer than the summary a run stored are left out, not shown empty
+        if (prefix, key) not in (("raw_", "itl"), ("", "trailing")) or f"{prefix}mean_{key}_ms" in s)
     bound = ""
     if s.get("client_bound"):
         reasons = "; ".join(s["client_health"]["client_bound_reasons"])
@@ -117,9 +128,13 @@ def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
             f"{' — ' + html.escape(run.status_reason) if run.status_reason else ''} · model "
             f"{html.escape(run.model or '')} at {html.escape(run.target_url or '')} · "
             f"{s.get('completed', 0)} completed, {s.get('failed', 0)} failed in {s.get('duration', 0):.1f}s · "
-            f"{s.get('request_throughput', 0):.2f} req/s · {s.get('output_throughput', 0):,.0f} output tok/s</p>{bound}")
+            f"{s.get('request_throughput', 0):.2f} req/s · {s.get('output_throughput', 0):,.0f} output tok/s · "
+            f"{s.get('coalesced_fraction', 0):.1%} of tokens shared a socket read</p>{bound}")
+    bound_reasons = (s.get("client_health") or {}).get("client_bound_reasons", [])
+    notes = "".join(f"<li>{html.escape(w)}</li>" for w in s.get("warnings", []) if w not in bound_reasons)
+    notes = f"<ul>{notes}</ul>" if notes else ""
     table = ("<table><tr><th>latency (ms)</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th>"
-             f"<th>p99.9</th></tr>{rows}</table>")
+             f"<th>p99.9</th></tr>{rows}</table>{_DEFINITIONS}{notes}")
     body = "".join(f'<div>{p}</div>' for _, p in plots)
     cfg = html.escape(json.dumps(run.config, indent=2, sort_keys=True))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>infbench {html.escape(rid)}</title>"

@@ -1,4 +1,9 @@
-"""Live progress while a run goes on: done / in flight / errors, rate, rolling p50 TTFT/ITL."""
+"""Live progress while a run goes on: done / in flight / errors, rate, rolling p50 TTFT/ITL.
+
+The ITL shown is the median over recent requests of each one's mean ITL as the summary defines
+it (each read's gap spread over the tokens it brought), so a client that reads several tokens
+at once does not show 0 ms here either.
+"""
 
 from __future__ import annotations
 

@@ -48,6 +48,8 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
         ("Output tokens from usage / counted",
          f"{s['output_tokens_source']['usage']} / {s['output_tokens_source']['counted']}"),
     ]
+    if "coalesced_fraction" in s:
+        rows.append(("Tokens that shared a socket read", f"{s['coalesced_fraction']:.1%}"))
     if "request_goodput" in s:
         slo = ", ".join(f"{k}≤{v:g}ms" for k, v in s["slo_ms"].items())
         rows.append((f"Goodput (req/s) [{slo}]", f"{s['request_goodput']:.2f} ({s['goodput_fraction']:.0%})"))
@@ -55,14 +57,20 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
         overview.add_row(k, v)
     console.print(overview)
 
-    lat = Table(title="Latency (ms)", box=box.SIMPLE_HEAD, padding=(0, 1),
-                caption="* from the intended send time (the schedule), so a client that fell behind shows")
+    lat = Table(title="Latency (ms)", box=box.SIMPLE_HEAD, padding=(0, 1), caption_justify="left",
+                caption="* from the intended send time (the schedule), so a client that fell behind "
+                        "shows. ITL: each read's gap spread over the tokens it brought; ITL raw: "
+                        "per-event gaps, 0 inside a read (vLLM's). E2E ends at the last event with "
+                        "choices; Tail: usage/[DONE] after it")
     lat.add_column("metric", style="bold", no_wrap=True)
     for col in ("mean", "p50", "p90", "p95", "p99", "p99.9", "max"):
         lat.add_column(col, justify="right", no_wrap=True)
-    for name, label in (("ttft", "TTFT"), ("ttft_intended", "TTFT*"), ("itl", "ITL"),
-                        ("tpot", "TPOT"), ("e2el", "E2E"), ("e2el_intended", "E2E*")):
-        lat.add_row(label, *(_ms(s.get(f"{c}_{name}_ms")) for c in
+    for name, label in (("ttft", "TTFT"), ("ttft_intended", "TTFT*"), ("itl", "ITL"), ("raw_itl", "ITL raw"),
+                        ("tpot", "TPOT"), ("e2el", "E2E"), ("e2el_intended", "E2E*"), ("trailing", "Tail")):
+        _, prefix, key = name.rpartition("raw_")  # raw_itl: keys raw_<stat>_itl_ms
+        if name in ("raw_itl", "trailing") and f"{prefix}mean_{key}_ms" not in s:
+            continue  # a summary stored before this figure existed
+        lat.add_row(label, *(_ms(s.get(f"{prefix}{c}_{key}_ms")) for c in
                              ("mean", "p50", "p90", "p95", "p99", "p99.9", "max")))
     console.print(lat)
 

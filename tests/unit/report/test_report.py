@@ -54,3 +54,43 @@ def test_svg_charts_handle_empty_and_constant_data() -> None:
     assert "no data" in svg.histogram(np.array([]), "t", "x")
     assert "<rect" in svg.histogram(np.array([5.0, 5.0, 5.0]), "t", "x")
     assert "<polyline" in svg.lines([("a", np.array([0, 1]), np.array([2, 2]))], "t", "x", "y")
+
+
+def test_reports_show_spread_and_raw_itl_and_the_tail(tmp_path: Path) -> None:
+    """Tokens 8 ms apart read two at a time, usage/[DONE] 300 ms late: both reports give ITL
+    8 ms (raw per-event median 0 ms beside it), the tail and its warning."""
+    import io
+
+    from rich.console import Console
+
+    from infbench.loadgen.summary import summarize
+    from infbench.report.terminal import print_summary
+
+    ms = 1_000_000
+    con = open_store(tmp_path / "s.duckdb")
+    create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="chat", t0_monotonic_ns=0)
+    w = BatchWriter(con, "r")
+    sent = [20 * ms + 8 * ms * k for k in range(10)]
+    stamps = [sent[k | 1] for k in range(10)]  # reads of two: each at its second token's arrival
+    w.put("requests", {"request_idx": [0], "phase": ["measure"], "send_ns": [0], "first_content_ns": [stamps[0]],
+                       "last_content_ns": [stamps[-1]], "last_choices_ns": [stamps[-1]],
+                       "usage_ns": [stamps[-1] + 300 * ms], "done_ns": [stamps[-1] + 300 * ms],
+                       "end_ns": [stamps[-1] + 301 * ms], "output_tokens": [10], "num_chunks": [12],
+                       "num_content_chunks": [10], "coalesced_chunks": [5]})
+    w.put("chunks", {"request_idx": [0] * 10, "seq": list(range(10)), "t_ns": stamps,
+                     "read_idx": [k // 2 for k in range(10)], "nbytes": [5] * 10, "content": [True] * 10,
+                     "coalesced": [k % 2 == 1 for k in range(10)]})
+    w.close()
+    s = summarize(con, "r")
+    finish_run(con, "r", status="completed", summary=s)
+    page = build_html(con, get_run(con, "r"))
+    assert re.search(r"<td>ITL</td><td>8\.00</td><td>8\.00</td>", page)
+    assert re.search(r"<td>ITL per event \(raw, 0 inside a read\)</td><td>[\d.]+</td><td>0\.00</td>", page)
+    assert "<td>usage/[DONE] after the last choices event</td><td>300.00</td>" in page
+    assert "50.0% of tokens shared a socket read" in page and "typically arrived 300.0 ms" in page
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=80), s)
+    text = buf.getvalue()
+    assert re.search(r"ITL\s+8\.00\s+8\.00", text) and re.search(r"ITL raw\s+[\d.]+\s+0\.00", text)
+    assert re.search(r"Tail\s+300\.0\s+300\.0\s", text) and "typically arrived 300.0 ms" in text
+    assert max(map(len, text.splitlines())) <= 80
