@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from reference_engine.config import REDACTED, EngineConfig
+from reference_engine.faults import FAULT_EXAMPLES
 
 log = logging.getLogger("reference_engine")
 API_KEY_ENV = "VLLM_API_KEY"  # same variable vLLM reads, so keys need not sit in `ps` output
@@ -30,7 +31,10 @@ API_KEY_ENV = "VLLM_API_KEY"  # same variable vLLM reads, so keys need not sit i
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m reference_engine", argument_default=argparse.SUPPRESS,
-        description="Serve the reference engine over an OpenAI-compatible HTTP API.")
+        description="Serve the reference engine over an OpenAI-compatible HTTP API.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="fault examples (--fault, repeatable):\n"
+               + "\n".join(f"  --fault {e}" for e in FAULT_EXAMPLES))
     add = p.add_argument
     add("--executor", choices=["sim", "torch"], help="sim: roofline-timed, no tensors; "
         "torch: tiny random-weight Llama (default sim)")
@@ -52,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
     add("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/ (or set {API_KEY_ENV})")
     add("--fault", dest="faults", action="append", metavar="SPEC",
-        help="inject a fault, e.g. periodic-stall:every=50,ms=200 (repeatable)")
+        help="inject a fault: KIND:FIELD=VALUE,... (repeatable; examples below)")
     add("--host", help="address to bind (default 127.0.0.1)")
     add("--port", type=int, help="port to bind; 0 picks a free one (default 8000)")
     add("--seed", type=int)

@@ -34,6 +34,17 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
 }
 FAULT_KINDS = tuple(_FIELDS)
 
+# One working spec per kind: `--help` prints them and a test parses every one, so the help
+# can never again show an example the parser rejects.
+FAULT_EXAMPLES: tuple[str, ...] = (
+    "periodic-stall:every_steps=50,duration_ms=200",
+    "periodic-stall:every_s=2.5,duration_ms=150",
+    "slow-device:factor=1.1",
+    "memory-growth:bytes_per_request=1048576",
+    "hang:at_step=300",
+    "slow-collective:factor=4",
+)
+
 
 class FaultSpecError(ValueError):
     """A `--fault` spec is malformed; the message names the field."""

@@ -9,7 +9,7 @@ import pytest
 
 from reference_engine.config import EngineConfig
 from reference_engine.engine import Engine
-from reference_engine.faults import Faults, FaultSpecError, parse_fault
+from reference_engine.faults import FAULT_KINDS, Faults, FaultSpecError, parse_fault
 from reference_engine.request import RequestOutput, SamplingParams
 from reference_engine.sim_executor import SimExecutor
 
@@ -145,3 +145,14 @@ def test_hang_stops_the_step_loop_while_the_engine_still_answers(fake_executor: 
         t.start()
         t.join(5)
         assert not t.is_alive()
+
+
+def test_every_example_the_help_prints_parses() -> None:
+    import re
+
+    from reference_engine.__main__ import build_parser
+    from reference_engine.faults import FAULT_EXAMPLES
+
+    shown = re.findall(r"--fault (\S+:\S+)", build_parser().format_help())
+    assert shown == list(FAULT_EXAMPLES)
+    assert {parse_fault(e).kind for e in shown} == set(FAULT_KINDS)
