@@ -23,6 +23,7 @@ from infbench.loadgen.local_engine import bundled_engine
 from infbench.loadgen.outcome import EXIT_CODES_HELP, exit_code, validate_max_error_rate
 from infbench.loadgen.preflight import PreflightError, Target, preflight
 from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.seeds import Streams, new_salt
 from infbench.loadgen.slo import parse_slo
 from infbench.loadgen.workloads import (
     WORKLOADS,
@@ -114,7 +115,8 @@ def run(
     cooldown: float = typer.Option(0.0, help="Seconds before sending stopped excluded from the summary."),
     timeout: float = typer.Option(300.0, help="Per-request timeout (s)."),
     max_error_rate: float = typer.Option(0.0, help="Exit 0 even when up to this fraction of requests failed (the run is still stored as completed_with_errors)."),
-    seed: int = typer.Option(0, help="Seed for lengths, prompts and arrivals."),
+    seed: int = typer.Option(0, help="Seed for the arrival schedule, lengths and prompt text: the same seed sends the same schedule and lengths to any target."),
+    reuse_prompts: bool = typer.Option(False, "--reuse-prompts", help="Send the same prompt text as every run with this --seed, to measure prefix-cache reuse. Default: text salted per run (same lengths), so no run is served from an earlier run's cache."),
     temperature: float = typer.Option(0.0, help="Sampling temperature sent with each request."),
     ignore_eos: bool = typer.Option(True, help="Ask the server to ignore EOS (when it supports it)."),
     slo: str | None = typer.Option(None, help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2el=5s."),
@@ -130,6 +132,7 @@ def run(
         if endpoint not in ENDPOINTS:
             raise ValueError(f"endpoint: {endpoint!r} is not one of {', '.join(ENDPOINTS)}")
         validate_max_error_rate(max_error_rate)
+        Streams(seed)  # a bad seed fails here, before an engine is started
         in_len = LengthDist.parse(input_tokens, "input_tokens")
         out_len = LengthDist.parse(output_tokens, "output_tokens")
         slo_ms = parse_slo(slo)
@@ -159,6 +162,7 @@ def run(
                     url=target.url, endpoint=endpoint, model=target.model, arrivals=arrivals,
                     api_key=api_key, duration_s=duration, num_requests=num_requests, warmup_s=warmup,
                     cooldown_s=cooldown, request_timeout_s=timeout, seed=seed,
+                    prompt_salt=None if reuse_prompts else new_salt(),
                     ignore_eos=ignore_eos and target.ignore_eos_supported, temperature=temperature,
                     metrics_url=target.metrics_url, steps_url=target.steps_url,
                     steps_after=target.steps_after, scrape_interval_s=scrape_interval)
@@ -210,6 +214,10 @@ def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: di
         "stop": {"duration_s": settings.duration_s, "num_requests": settings.num_requests},
         "warmup_s": settings.warmup_s, "cooldown_s": settings.cooldown_s,
         "request_timeout_s": settings.request_timeout_s, "seed": settings.seed,
+        # Not part of the load's identity (the gate pairs salted repeats): the text differs,
+        # the schedule and lengths do not.
+        "prompts": {"reuse": settings.prompt_salt is None,
+                    "salt": None if settings.prompt_salt is None else f"{settings.prompt_salt:016x}"},
         "sampling": {"temperature": settings.temperature, "ignore_eos": settings.ignore_eos,
                      "ignore_eos_supported": target.ignore_eos_supported,
                      "stream_options.include_usage": True},

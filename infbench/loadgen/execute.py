@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infbench.loadgen.cache_share import prefix_cache_check
 from infbench.loadgen.client import run_timed
+from infbench.loadgen.fingerprint import store_fingerprint
 from infbench.loadgen.outcome import Outcome, classify
 from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
 from infbench.loadgen.summary import mark_cooldown, summarize
@@ -106,6 +108,10 @@ def execute_run(
         summary["status"] = status.status
         summary["status_reason"] = status.reason
         summary["error_rate"] = status.error_rate
+        summary["workload_fingerprint"] = store_fingerprint(con, run_id)
+        summary["prefix_cache"], cache_warning = prefix_cache_check(con, run_id)
+        if cache_warning is not None:
+            summary["warnings"].append(cache_warning)
         summary["scrapes"] = outcome.scrapes
         summary["scrape_errors"] = outcome.scrape_errors
         finish_run(con, run_id, status=status.status, reason=status.reason, summary=summary,

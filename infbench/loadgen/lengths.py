@@ -1,8 +1,10 @@
 """Token-length distributions for synthetic workloads: `512`, `uniform:128:1024`,
-`normal:512:64` (mean, std), `lognormal:512:0.6` (median, sigma). Seeded by the caller."""
+`normal:512:64` (mean, std), `lognormal:512:0.6` (median, sigma). Seeded by the caller, which
+gives each length its own stream (`infbench.loadgen.seeds`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +50,12 @@ class LengthDist:
         else:
             x = self.a * np.exp(rng.normal(0.0, self.b, n))
         return np.clip(np.floor(x), self.lo, self.hi).astype(np.int64)
+
+    def stream(self, rng: np.random.Generator, batch: int = 256) -> Iterator[int]:
+        """One length per `next()`, drawn `batch` at a time: a NumPy call per request would
+        cost more than the draw. The values depend only on `rng` and `batch`."""
+        while True:
+            yield from self.sample(rng, batch).tolist()
 
     def __str__(self) -> str:
         if self.kind == "fixed":

@@ -25,6 +25,7 @@ from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
 from infbench.loadgen.client import RawResponse, arrival_times, make_pool, retime, stream_post
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.scrape import Scraper
+from infbench.loadgen.seeds import Streams, new_salt
 from infbench.loadgen.sse import FastParser, ParsedStream, StreamParser
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
 from infbench.store.writer import ArrayBuffer, BatchWriter, ColumnBuffer
@@ -104,6 +105,9 @@ class RunSettings:
     cooldown_s: float = 0.0
     request_timeout_s: float = 300.0
     seed: int = 0
+    # Mixed into the prompt text's seed so no run is served from another's prefix cache; a new
+    # one per RunSettings. None sends the seed's own text every time (--reuse-prompts).
+    prompt_salt: int | None = field(default_factory=new_salt)
     ignore_eos: bool = True
     temperature: float = 0.0
     metrics_url: str | None = None
@@ -127,6 +131,7 @@ class RunSettings:
             raise ValueError("warmup/cooldown: must be >= 0")
         if self.request_timeout_s <= 0:
             raise ValueError("request_timeout: must be > 0")
+        Streams(self.seed, self.prompt_salt)  # raises on a negative seed or a bad salt
 
 
 @dataclass
@@ -194,7 +199,7 @@ class Runner:
         self._interrupted = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._consecutive_conn_errors = 0
-        self._rng = np.random.default_rng(settings.seed)
+        self._streams = Streams(settings.seed, settings.prompt_salt)
         self._pacer = Pacer()
         # Finished requests waiting to be parsed and turned into rows (see `_recorder`).
         self._backlog: deque[tuple[int, RequestSpec, int, RawResponse]] = deque()
@@ -249,7 +254,7 @@ class Runner:
                               _last_step=self.s.steps_after)
             if self.s.metrics_url or self.s.steps_url:
                 background.append(asyncio.create_task(scraper.run()))
-            sessions = self.workload.sessions(self._rng)
+            sessions = self.workload.sessions(self._streams)
             if self.s.arrivals.kind == "closed":
                 await self._closed_loop(sessions)
             else:
@@ -310,7 +315,7 @@ class Runner:
 
     async def _open_loop(self, sessions: Iterator[Session]) -> None:
         a = self.s.arrivals
-        offsets = a.offsets(self._rng) if a.kind != "trace" else None
+        offsets = a.offsets(self._streams.arrivals()) if a.kind != "trace" else None
         cap = asyncio.Semaphore(a.concurrency) if a.concurrency > 0 else None
         for sess in sessions:
             spec = next(sess, None)

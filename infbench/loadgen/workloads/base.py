@@ -3,6 +3,12 @@
 A session is a generator: it yields a `RequestSpec`, the runner sends it and `send()`s back the
 generated text (or None when the request failed), and the session yields its next turn or
 stops. Single requests are one-turn sessions; conversations grow their history turn by turn.
+
+`sessions(streams)` draws each kind of randomness from its own stream (`loadgen.seeds`): the
+lengths, choices and, for open loops, the arrival times of session k are the same for one seed
+on any target; only the text depends on the target's calibration and on the per-run salt.
+The runner sends the sessions in the order they are yielded, so request k of two runs with
+the same seed is the same request (multi-turn: turn t of conversation k).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
+from infbench.loadgen.seeds import Streams
 
 Session = Generator["RequestSpec", "str | None", None]
 
@@ -33,7 +39,7 @@ class Workload(Protocol):
     name: str
     needs_text: bool  # the runner must collect generated text (conversations)
 
-    def sessions(self, rng: np.random.Generator) -> Iterator[Session]: ...
+    def sessions(self, streams: Streams) -> Iterator[Session]: ...
 
     def describe(self) -> dict[str, Any]: ...
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads.base import RequestSpec, Session
 from infbench.loadgen.workloads.prompts import TokenModel, random_words
 
@@ -23,28 +24,34 @@ class MultiTurn:
     name: str = "multiturn"
     needs_text: bool = True
 
-    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
+    def sessions(self, streams: Streams) -> Iterator[Session]:
         if self.turns < 1:
             raise ValueError("turns: must be >= 1")
+        ins = self.input_len.stream(streams.input_lengths())
+        outs = self.output_len.stream(streams.output_lengths())
         for conv_id in count():
-            yield self._conversation(rng, conv_id)
+            # All of a conversation's lengths are drawn here, in conversation order: its turns
+            # run later, interleaved with other conversations by the server's timing, and the
+            # lengths must not follow that order.
+            n_in = [next(ins) for _ in range(self.turns)]
+            n_out = [next(outs) for _ in range(self.turns)]
+            yield self._conversation(streams.conversation_text(conv_id), conv_id, n_in, n_out)
 
-    def _conversation(self, rng: np.random.Generator, conv_id: int) -> Session:
+    def _conversation(self, text: np.random.Generator, conv_id: int, n_in: list[int],
+                      n_out: list[int]) -> Session:
         history: list[dict[str, str]] = []
         history_tokens = 0
         for turn in range(self.turns):
-            n_in = int(self.input_len.sample(rng)[0])
-            user = random_words(rng, self.tokens.words_for(n_in, with_overhead=turn == 0))
+            user = random_words(text, self.tokens.words_for(n_in[turn], with_overhead=turn == 0))
             history.append({"role": "user", "content": user})
-            history_tokens += n_in
-            n_out = int(self.output_len.sample(rng)[0])
+            history_tokens += n_in[turn]
             reply = yield RequestSpec(
-                label=f"turn-{turn}", max_tokens=n_out, messages=list(history),
+                label=f"turn-{turn}", max_tokens=n_out[turn], messages=list(history),
                 target_input_tokens=history_tokens, conversation_id=conv_id, turn=turn)
             if reply is None:  # the turn failed: a real user would not continue this thread
                 return
             history.append({"role": "assistant", "content": reply})
-            history_tokens += n_out
+            history_tokens += n_out[turn]
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, "turns": self.turns,

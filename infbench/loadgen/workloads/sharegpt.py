@@ -2,6 +2,9 @@
 
 Each record gives one request: the first human turn is the prompt, and the reply's length
 (estimated with the calibrated token model) is max_tokens unless an output length is forced.
+That estimate follows the target's calibration, so without `--output-tokens` the same seed
+sends the same records in the same order to every target but not always the same max_tokens.
+Unless prompts are reused, each prompt starts with a few salted words (`SALT_WORDS`).
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads.base import RequestSpec, Session, single
-from infbench.loadgen.workloads.prompts import TokenModel
+from infbench.loadgen.workloads.prompts import TokenModel, random_words
+
+# Salt words before each prompt (unless --reuse-prompts): 4 picks from 140 words, about 28
+# bits per request, so two requests of different runs start alike once in ~400 million.
+SALT_WORDS = 4
 
 
 def load_sharegpt(path: Path) -> list[tuple[str, str]]:
@@ -50,16 +56,23 @@ class ShareGPT:
     needs_text: bool = False
     _pairs: list[tuple[str, str]] = field(default_factory=list, repr=False)
 
-    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
+    def sessions(self, streams: Streams) -> Iterator[Session]:
         if not self._pairs:
             self._pairs = load_sharegpt(self.path)
+        order = streams.choices()
+        outs = self.output_len.stream(streams.output_lengths()) if self.output_len else None
+        text = streams.text()
         while True:  # seeded shuffles, repeated for as long as the run asks
-            for i in rng.permutation(len(self._pairs)):
-                prompt, reply = self._pairs[int(i)]
-                if self.output_len is not None:
-                    n_out = int(self.output_len.sample(rng)[0])
-                else:
+            for i in order.permutation(len(self._pairs)).tolist():
+                prompt, reply = self._pairs[i]
+                if outs is not None:
+                    n_out = next(outs)
+                else:  # the reply's length in the target's tokens, so it follows calibration
                     n_out = max(1, round(len(reply.split()) * self.tokens.per_word))
+                if streams.salted:
+                    # The dataset's text is the same in every run; a few salted words ahead of
+                    # it make the first cache block differ per request and per run.
+                    prompt = f"{random_words(text, SALT_WORDS)} {prompt}"
                 yield single(RequestSpec(label="sharegpt", max_tokens=n_out, prompt=prompt))
 
     def describe(self) -> dict[str, Any]:

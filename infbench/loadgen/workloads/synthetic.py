@@ -6,9 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.seeds import Streams, integers
 from infbench.loadgen.workloads.base import RequestSpec, Session, single
 from infbench.loadgen.workloads.prompts import TokenModel, make_prompt, random_words
 
@@ -21,12 +20,13 @@ class Synthetic:
     name: str = "synthetic"
     needs_text: bool = False
 
-    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
-        while True:
-            n_in = int(self.input_len.sample(rng)[0])
-            n_out = int(self.output_len.sample(rng)[0])
+    def sessions(self, streams: Streams) -> Iterator[Session]:
+        ins = self.input_len.stream(streams.input_lengths())
+        outs = self.output_len.stream(streams.output_lengths())
+        text = streams.text()
+        for n_in, n_out in zip(ins, outs, strict=True):
             yield single(RequestSpec(label="synthetic", max_tokens=n_out,
-                                     prompt=make_prompt(rng, self.tokens, n_in),
+                                     prompt=make_prompt(text, self.tokens, n_in),
                                      target_input_tokens=n_in))
 
     def describe(self) -> dict[str, Any]:
@@ -36,7 +36,11 @@ class Synthetic:
 
 @dataclass
 class SharedPrefix:
-    """N groups; every request of a group starts with that group's prefix (prefix caching)."""
+    """N groups; every request of a group starts with that group's prefix (prefix caching).
+
+    The prefixes come from the run's text stream, so with the per-run salt they are shared
+    within a run and differ between runs: a repeated run warms its own groups, not reuses the
+    last run's. Group picks and lengths come from their own streams."""
 
     groups: int
     prefix_tokens: int
@@ -46,19 +50,20 @@ class SharedPrefix:
     name: str = "prefix"
     needs_text: bool = False
 
-    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
+    def sessions(self, streams: Streams) -> Iterator[Session]:
         if self.groups < 1 or self.prefix_tokens < 1:
             raise ValueError("prefix: --prefix-groups and --prefix-tokens must be >= 1")
+        text = streams.text()
         prefixes = [
-            random_words(rng, self.tokens.words_for(self.prefix_tokens)) for _ in range(self.groups)
+            random_words(text, self.tokens.words_for(self.prefix_tokens)) for _ in range(self.groups)
         ]
-        while True:
-            g = int(rng.integers(0, self.groups))
-            n_suffix = int(self.suffix_len.sample(rng)[0])
-            suffix = random_words(rng, self.tokens.words_for(n_suffix, with_overhead=False))
+        picks = integers(streams.choices(), self.groups)
+        suffixes = self.suffix_len.stream(streams.input_lengths())
+        outs = self.output_len.stream(streams.output_lengths())
+        for g, n_suffix, n_out in zip(picks, suffixes, outs, strict=True):
+            suffix = random_words(text, self.tokens.words_for(n_suffix, with_overhead=False))
             yield single(RequestSpec(
-                label=f"group-{g}", max_tokens=int(self.output_len.sample(rng)[0]),
-                prompt=prefixes[g] + " " + suffix,
+                label=f"group-{g}", max_tokens=n_out, prompt=prefixes[g] + " " + suffix,
                 target_input_tokens=self.prefix_tokens + n_suffix))
 
     def describe(self) -> dict[str, Any]:
@@ -105,16 +110,22 @@ class Structured:
     name: str = "structured"
     needs_text: bool = False
 
-    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
+    def sessions(self, streams: Streams) -> Iterator[Session]:
         names = sorted(SCHEMAS)
-        while True:
-            schema_name = names[int(rng.integers(0, len(names)))]
-            n_in = int(self.input_len.sample(rng)[0])
-            ask = f"Return one {schema_name} as JSON. Context:"
-            filler = random_words(rng, self.tokens.words_for(n_in - len(ask.split())))
+        picks = integers(streams.choices(), len(names))
+        ins = self.input_len.stream(streams.input_lengths())
+        outs = self.output_len.stream(streams.output_lengths())
+        text = streams.text()
+        for pick, n_in, n_out in zip(picks, ins, outs, strict=True):
+            schema_name = names[pick]
+            # The instruction goes after the random context: a fixed opening would be the same
+            # first tokens in every request and every run, a prefix-cache hit the salt cannot
+            # prevent.
+            ask = f"Return one {schema_name} as JSON."
+            context = random_words(text, self.tokens.words_for(n_in - len(ask.split())))
             yield single(RequestSpec(
-                label=schema_name, max_tokens=int(self.output_len.sample(rng)[0]),
-                prompt=f"{ask} {filler}", target_input_tokens=n_in,
+                label=schema_name, max_tokens=n_out, prompt=f"{context}\n{ask}",
+                target_input_tokens=n_in,
                 extra={"response_format": {"type": "json_schema", "json_schema": {
                     "name": schema_name, "schema": SCHEMAS[schema_name]}}}))
 

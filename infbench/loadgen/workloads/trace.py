@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads.base import RequestSpec, Session, single
 from infbench.loadgen.workloads.prompts import TokenModel, random_words
 
@@ -100,8 +101,8 @@ class Trace:
     name: str = "trace"
     needs_text: bool = False
 
-    def sessions(self, rng: np.random.Generator) -> Iterator[Session]:
-        blocks: dict[int, str] = {}
+    def rows(self) -> Iterator[tuple[float, TraceRow]]:
+        """The slice's rows with their arrival offsets (s from the slice's first row, scaled)."""
         t_first: float | None = None
         t_slice: float | None = None
         for row in read_trace(self.path):
@@ -114,13 +115,32 @@ class Trace:
                 return
             if t_slice is None:
                 t_slice = rel
+            yield (rel - t_slice) * self.time_scale, row
+
+    def sessions(self, streams: Streams) -> Iterator[Session]:
+        # Arrivals and lengths are the file's; only the text is drawn (salted per run, so
+        # the blocks one hash id shares are shared within this run, not with the last one).
+        rng = streams.text()
+        blocks: dict[int, str] = {}
+        for at, row in self.rows():
             if row.hash_ids:
                 prompt = self._blocks_prompt(rng, blocks, row)
             else:
                 prompt = random_words(rng, self.tokens.words_for(row.input_tokens))
             yield single(RequestSpec(
                 label="trace", max_tokens=max(1, row.output_tokens), prompt=prompt,
-                target_input_tokens=row.input_tokens, at=(rel - t_slice) * self.time_scale))
+                target_input_tokens=row.input_tokens, at=at))
+
+    def shared_prefix_tokens(self) -> Iterator[int]:
+        """Per row of the slice, the prompt tokens an earlier row already sent from the start:
+        Mooncake's hash ids chain, so the leading ids seen before are a shared prefix."""
+        seen: set[int] = set()
+        for _, row in self.rows():
+            lead = 0
+            while lead < len(row.hash_ids) and row.hash_ids[lead] in seen:
+                lead += 1
+            seen.update(row.hash_ids)
+            yield min(lead * MOONCAKE_BLOCK_TOKENS, row.input_tokens)
 
     def _blocks_prompt(self, rng: np.random.Generator, blocks: dict[int, str], row: TraceRow) -> str:
         parts = []

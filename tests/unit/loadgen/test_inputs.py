@@ -12,6 +12,7 @@ import pytest
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.scrape import parse_prometheus
+from infbench.loadgen.seeds import Streams
 from infbench.loadgen.slo import parse_slo
 from infbench.loadgen.workloads import MultiTurn, SharedPrefix, Synthetic, TokenModel, read_trace
 from infbench.loadgen.workloads.prompts import random_words
@@ -79,14 +80,14 @@ def test_workloads_are_reproducible_from_the_seed() -> None:
     wl = Synthetic(LengthDist.parse("uniform:10:50", "i"), LengthDist.parse("uniform:5:9", "o"), tm)
 
     def first(seed: int) -> list[tuple[str | None, int]]:
-        return [(next(s).prompt, 0) for s in islice(wl.sessions(np.random.default_rng(seed)), 5)]
+        return [(next(s).prompt, 0) for s in islice(wl.sessions(Streams(seed)), 5)]
 
     assert first(7) == first(7) != first(8)
 
 
 def test_shared_prefix_groups_share_their_prefix() -> None:
     wl = SharedPrefix(3, 20, LengthDist.parse("5", "s"), LengthDist.parse("4", "o"), TokenModel())
-    specs = [next(s) for s in islice(wl.sessions(np.random.default_rng(0)), 60)]
+    specs = [next(s) for s in islice(wl.sessions(Streams(0, salt=5)), 60)]
     by_group: dict[str, set[str]] = {}
     for sp in specs:
         by_group.setdefault(sp.label, set()).add(" ".join((sp.prompt or "").split()[:20]))
@@ -96,7 +97,7 @@ def test_shared_prefix_groups_share_their_prefix() -> None:
 
 def test_multiturn_sends_history_and_stops_after_a_failed_turn() -> None:
     wl = MultiTurn(3, LengthDist.parse("4", "i"), LengthDist.parse("2", "o"), TokenModel())
-    conv = next(wl.sessions(np.random.default_rng(0)))
+    conv = next(wl.sessions(Streams(0, salt=5)))
     t0 = next(conv)
     t1 = conv.send("first reply")
     assert [m["role"] for m in t1.messages or []] == ["user", "assistant", "user"]
