@@ -27,6 +27,7 @@ from infbench.store import StoreError, open_store
 from infbench.sweep.analysis import analyse
 from infbench.sweep.html import sweep_html
 from infbench.sweep.points import Point, fill_rates, parse_points
+from infbench.sweep.saturation import LoadPoint, saturation
 from infbench.sweep.store import add_point, create_sweep, new_sweep_id, save_result
 
 
@@ -45,7 +46,7 @@ def sweep(
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
     mode: str = typer.Option("auto", help="auto | concurrency | rate"),
     points: str | None = typer.Option(None, help="Listed loads, e.g. 1,2,4,8 (concurrency) or 2,4,8 (req/s)."),
-    max_concurrency: int = typer.Option(64, help="auto: the saturated end's concurrency; also caps open-loop points."),
+    max_concurrency: int = typer.Option(1024, help="auto: the highest concurrency the ramp (1, 2, 4, ...) tries before it gives up on saturation; also caps open-loop points."),
     num_rates: int = typer.Option(6, help="auto: open-loop rates between the two ends."),
     workload: str = typer.Option("synthetic", help="Workload kind, as for `infbench run`."),
     input_tokens: str = typer.Option("uniform:256:1024", help="Input length (as for `infbench run`)."),
@@ -118,10 +119,10 @@ def sweep(
                 for i, p in enumerate(listed):
                     run_point(i, p)
             else:
-                sync = run_point(0, Point("concurrency", 1))
-                sat = run_point(1, Point("concurrency", max_concurrency))
-                for i, p in enumerate(fill_rates(sync["request_throughput"], sat["request_throughput"],
-                                                 num_rates), start=2):
+                ramp = ramp_until_saturated(run_point, max_concurrency, console)
+                for i, p in enumerate(fill_rates(ramp[0]["request_throughput"],
+                                                 max(r["request_throughput"] for r in ramp),
+                                                 num_rates), start=len(ramp)):
                     run_point(i, p)
             con = open_store(db)
             try:
@@ -144,6 +145,29 @@ def sweep(
         _print(result)
 
 
+def ramp_until_saturated(run_point: Any, max_concurrency: int, console: Any) -> list[dict[str, Any]]:
+    """Closed loop at 1, 2, 4, ... until the points show saturation (throughput stopped
+    rising, the SLO broke, errors started) or `max_concurrency` is reached."""
+    summaries: list[dict[str, Any]] = []
+    curve: list[LoadPoint] = []
+    c = 1
+    while True:
+        s = run_point(len(summaries), Point("concurrency", c))
+        summaries.append(s)
+        share = s.get("goodput_fraction")
+        curve.append(LoadPoint(len(curve), c, float(s.get("output_throughput") or 0.0),
+                               s.get("median_e2el_ms"), share, int(s.get("failed") or 0)))
+        sat = saturation(curve)
+        if sat.reached:
+            console.print(f"saturated: {sat.reason}", markup=False)
+            return summaries
+        if c >= max_concurrency:
+            console.print(f"not saturated by --max-concurrency {max_concurrency}: {sat.reason}",
+                          markup=False)
+            return summaries
+        c = min(2 * c, max_concurrency)
+
+
 def _print(result: dict[str, Any]) -> None:
     console = Console()
     t = Table(title=f"sweep {result['sweep_id']}", title_justify="left")
@@ -163,6 +187,10 @@ def _print(result: dict[str, Any]) -> None:
                   "-" if p["mean_batch"] is None else f"{p['mean_batch']:.1f}",
                   "-" if p["goodput"] is None else f"{p['goodput']:.2f}")
     console.print(t)
+    sat = result.get("saturation") or {}
+    if sat:
+        console.print(("saturated: " if sat["reached"] else "") + sat["reason"]
+                      + ("" if result.get("knee") else "; no knee named"))
     line, roof = result.get("step_line"), result.get("roofline")
     if line:
         console.print(f"step time ≈ {line['intercept_ms']:.3f} ms + {line['slope_ms']:.4f} ms × batch "

@@ -2,8 +2,9 @@
 line fit of step time in batch size set beside the roofline's line for the same model/GPU.
 
 The knee is reported two ways. On the measured curve (latency against throughput) it is the
-Kneedle point: the largest gap between normalized throughput and normalized latency, where
-more load stops buying throughput and starts costing latency. From the step-time line
+Kneedle point among the points up to saturation (`saturation.py`), and none at all when the
+sweep never saturated: where more load stops buying throughput and starts costing latency.
+From the step-time line
 `t(B) = a + b B` it is `B = a / b`, the batch at which throughput is half its limit `1/b`;
 that is the definition `infbench plan roofline` uses, so the two can be compared directly.
 """
@@ -20,6 +21,7 @@ import numpy as np
 from infbench.loadgen.slo import slo_condition_sql
 from infbench.specs import get_gpu, get_model
 from infbench.specs.throughput import roofline_report
+from infbench.sweep.saturation import LoadPoint, knee, saturation
 
 
 @dataclass
@@ -38,6 +40,7 @@ class PointResult:
     p99_e2el_ms: float | None
     mean_batch: float | None  # decode sequences per step (engine log), else Little's law on ITL
     goodput: float | None
+    failed: int = 0
 
 
 @dataclass
@@ -70,18 +73,23 @@ def point_result(con: duckdb.DuckDBPyConnection, idx: int, run_id: str, kind: st
     return PointResult(idx, run_id, kind, value, float(s.get("request_throughput", 0.0)),
                        float(s.get("output_throughput", 0.0)), s.get("p50_ttft_ms"), s.get("p99_ttft_ms"),
                        s.get("p50_tpot_ms"), s.get("p50_itl_ms"), s.get("p50_e2el_ms"),
-                       s.get("p99_e2el_ms"), mean_batch, goodput)
+                       s.get("p99_e2el_ms"), mean_batch, goodput, int(s.get("failed") or 0))
 
 
-def kneedle(x: np.ndarray, y: np.ndarray) -> int | None:
-    """Index of the knee of a rising-latency curve y(x); None with fewer than 3 points."""
-    order = np.argsort(x)
-    x, y = np.asarray(x, float)[order], np.asarray(y, float)[order]
-    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return None
-    xn = (x - x.min()) / np.ptp(x)
-    yn = (y - y.min()) / np.ptp(y)
-    return int(order[int(np.argmax(xn - yn))])
+def load_points(results: list[PointResult]) -> list[LoadPoint]:
+    """The curve saturation is judged on: the closed-loop points when there are any (an auto
+    sweep's concurrency ramp), else the open-loop rates."""
+    kind = "concurrency" if any(p.kind == "concurrency" for p in results) else "rate"
+    out = []
+    for p in results:
+        if p.kind != kind:
+            continue
+        share = (p.goodput / p.request_throughput if p.goodput is not None and p.request_throughput > 0
+                 else (0.0 if p.goodput is not None else None))
+        out.append(LoadPoint(p.idx, p.value, p.output_throughput,
+                             p.p50_e2el_ms if p.p50_e2el_ms is not None else p.p50_tpot_ms,
+                             share, p.failed))
+    return out
 
 
 def fit_line(batch: np.ndarray, ms: np.ndarray, source: str) -> StepLine | None:
@@ -153,18 +161,18 @@ def analyse(con: duckdb.DuckDBPyConnection, points: list[tuple[int, str, str, fl
             engine: dict[str, Any] | None) -> dict[str, Any]:
     results = [point_result(con, i, rid, kind, v, slo) for i, rid, kind, v in points]
     run_ids = [p.run_id for p in results]
-    lat = [p.p50_tpot_ms if p.p50_tpot_ms is not None else p.p50_e2el_ms for p in results]
-    usable = [i for i, v in enumerate(lat) if v is not None]
-    knee_i = kneedle(np.array([results[i].output_throughput for i in usable]),
-                     np.array([lat[i] for i in usable]))
-    knee = results[usable[knee_i]] if knee_i is not None else None
+    curve = load_points(results)
+    sat = saturation(curve)
+    knee_idx = knee(curve, sat)
+    knee_point = next((p for p in results if p.idx == knee_idx), None)
     best = max((p for p in results if p.goodput is not None), key=lambda p: p.goodput or 0.0, default=None)
     line = step_line(con, run_ids, results)
     max_batch = int(max((p.mean_batch or 1.0 for p in results), default=1.0)) + 1
     roof = roofline_comparison(engine, mean_context(con, run_ids), max_batch, line) if engine else None
     return {
         "points": [asdict(p) for p in results],
-        "knee": asdict(knee) if knee else None,
+        "knee": asdict(knee_point) if knee_point else None,
+        "saturation": {"reached": sat.reached, "reason": sat.reason, "at_idx": sat.at_idx},
         "goodput_max": asdict(best) if best else None,
         "slo_ms": slo,
         "step_line": {**asdict(line), "knee_batch": line.knee_batch} if line else None,

@@ -34,9 +34,14 @@ def sweep_html(sweep_id: str, result: dict[str, Any]) -> str:
         plots.append(svg.lines(series, f"Step time against batch (from {line['source']})", "batch", "ms"))
     knee, best = result.get("knee"), result.get("goodput_max")
     facts = []
+    sat = result.get("saturation") or {}
+    if sat:
+        facts.append(html.escape(("saturated: " if sat["reached"] else "") + sat["reason"]))
     if knee:
         facts.append(f"knee of the curve: point {knee['idx']} ({knee['kind']} {knee['value']:.3g}), "
                      f"{knee['output_throughput']:,.0f} tok/s, mean batch {knee['mean_batch'] or 0:.1f}")
+    elif sat and not sat["reached"]:
+        facts.append("no knee: the points never saturated")
     if best:
         facts.append(f"goodput maximum: point {best['idx']} ({best['kind']} {best['value']:.3g}), "
                      f"{best['goodput']:.2f} good req/s")

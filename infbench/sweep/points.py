@@ -1,9 +1,10 @@
 """Which loads a sweep measures.
 
-Listed: the given concurrencies (closed loop) or rates (open loop). Automatic, as guidellm
-does: measure the synchronous end (one request at a time) and the saturated end (closed loop
-at the maximum concurrency), then fill the gap with open-loop rates spaced evenly between the
-two measured throughputs.
+Listed: the given concurrencies (closed loop) or rates (open loop). Automatic: a closed-loop
+ramp at concurrency 1, 2, 4, ... until the points show saturation (`saturation.py`: throughput
+stopped rising, the SLO broke or errors started), so the saturated end is measured rather than
+assumed; then, as guidellm does, open-loop rates spaced evenly between the synchronous and
+the highest measured throughput.
 """
 
 from __future__ import annotations

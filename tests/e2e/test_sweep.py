@@ -38,3 +38,34 @@ def test_sweep_knee_matches_roofline(tmp_path: Path) -> None:
         con.close()
     assert linked == 3
     assert "<svg" in page.read_text()
+
+
+@pytest.mark.parametrize("max_num_seqs", [3, 6])
+def test_auto_sweep_ramps_until_saturation_and_names_the_knee_below_it(
+        tmp_path: Path, max_num_seqs: int) -> None:
+    db, page = tmp_path / "a.duckdb", tmp_path / "auto.html"
+    r = infbench("sweep", "--db", str(db), "--mode", "auto", "--num-rates", "1",
+                 "--duration", "2", "--input-tokens", "256", "--output-tokens", "24",
+                 f"--engine-arg=--max-num-seqs={max_num_seqs}", "--html", str(page), "--json",
+                 timeout=240)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    conc = [p["value"] for p in res["points"] if p["kind"] == "concurrency"]
+    # The engine runs at most max_num_seqs at once: past that, more clients only queue.
+    assert conc == [2 ** i for i in range(len(conc))] and conc[-1] >= max_num_seqs
+    assert conc[-1] <= 4 * max_num_seqs, res["saturation"]
+    assert res["saturation"]["reached"], res["saturation"]
+    assert res["knee"] is not None and res["knee"]["kind"] == "concurrency"
+    assert res["knee"]["value"] <= max_num_seqs * 2
+    assert sum(p["kind"] == "rate" for p in res["points"]) == 1
+    assert "knee of the curve" in page.read_text()
+
+
+def test_listed_points_below_the_knee_name_none(tmp_path: Path) -> None:
+    r = infbench("sweep", "--db", str(tmp_path / "n.duckdb"), "--mode", "concurrency",
+                 "--points", "1,2,4", "--duration", "2", "--input-tokens", "128",
+                 "--output-tokens", "16", "--json", timeout=150)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert not res["saturation"]["reached"] and res["knee"] is None
+    assert "raise the load" in res["saturation"]["reason"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infbench.sweep.analysis import fit_line, kneedle
+from infbench.sweep.analysis import fit_line
 from infbench.sweep.points import Point, fill_rates, parse_points
+from infbench.sweep.saturation import kneedle
 
 
 def test_listed_points_and_errors() -> None:
