@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from infbench import __version__
+from infbench.console import make_console, print_error
 from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS
@@ -43,7 +44,7 @@ DEFAULT_DURATION_S = 30.0
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(message)
     return typer.Exit(code)
 
 
@@ -127,7 +128,7 @@ def run(
     quiet: bool = typer.Option(False, help="No live progress."),
 ) -> None:
     """Load-test a target and record every request and chunk in the store."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     try:
         if endpoint not in ENDPOINTS:
             raise ValueError(f"endpoint: {endpoint!r} is not one of {', '.join(ENDPOINTS)}")
@@ -182,9 +183,9 @@ def run(
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
     else:
-        print_summary(Console(), summary, {"run_id": result.run_id, "status": result.status.status,
+        print_summary(make_console(), summary, {"run_id": result.run_id, "status": result.status.status,
                                            "model": settings.model, "target_url": settings.url})
-        Console().print(f"[dim]stored in {db} as run {result.run_id}[/]")
+        make_console().print(f"[dim]stored in {db} as run {result.run_id}[/]")
     code = exit_code(result.status, summary["completed"], max_error_rate=max_error_rate,
                      signalled=result.signal_name is not None)
     if code:
