@@ -1,21 +1,29 @@
-"""Timestamp accuracy against a server whose chunk schedule is known.
+"""The client's timestamps against a server whose send schedule is known, on a busy machine too.
 
-The server (its own process) logs the monotonic time of every event write; on one host that
-clock is the client's. Every content chunk the client records must be within 1 ms of the
-server's write at p99, with 64 streams in flight, so TTFT and ITL are within 1 ms too.
-On Linux a read carries the kernel's arrival stamp of its last packet, so a client that is
-late to read does not delay that stamp; but events that arrived apart and were read together
-share it. A neighbour that takes the client's CPU for milliseconds (this is a 2-core shared
-machine) can do that to a few reads, hence a second attempt; both failures are reported.
+The server (tests/support/sse_server.py, its own process) logs when it wrote each event; on one
+host that clock is the client's. Every check compares a figure of the run with the same figure
+of that log, from the same run, and uses medians over the run: they hold when other processes
+take the CPU. A kernel receive stamp is taken when a packet arrives, not when the client gets
+round to reading it, so TTFT keeps the server's timing; a late read makes events that arrived
+apart share one read and one stamp, and ITL spread over the read's events keeps the server's
+schedule where per-event gaps would give 0 ms. Some cases run beside a busy-loop process to
+make sure of that; some make the server write several events at once so reads coalesce by
+design. How much the client adds at high percentiles is a timing claim, measured in
+benchmarks/bench_client_ceiling.py, not asserted here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import subprocess
+import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,95 +39,146 @@ from tests.support.process import sse_server
 
 pytestmark = pytest.mark.e2e
 
-TTFT_MS, ITL_MS, TOKENS, STREAMS = 50.0, 20.0, 16, 64
+# Loopback plus a kernel stamp converted to the monotonic clock: a stamp may read this much
+# before the server's clock read that preceded the write, never more.
+CLOCK_SLACK_MS = 0.05
 
 
-def _attempts(n: int, attempt: Callable[[Path], None], tmp_path: Path, what: str) -> None:
-    """Pass on the first of `n` attempts that passes; else fail with every attempt's reason."""
-    failures = []
-    for i in range(n):
-        try:
-            attempt(tmp_path / f"a{i}.duckdb")
-            return
-        except AssertionError as exc:
-            failures.append(str(exc).splitlines()[0])
-    pytest.fail(f"{what} in all {n} attempts: {failures}")
+@dataclass(frozen=True)
+class Case:
+    streams: int
+    ttft_ms: float
+    itl_ms: float
+    tokens: int
+    burst: int = 1  # events per server write
+    tail_ms: float = 0.0  # usage and [DONE] this long after the finish event
+    neighbour: bool = False  # a busy-loop process competes for the CPU
 
 
-def test_ttft_and_itl_within_1ms_of_truth_at_64_streams(tmp_path: Path) -> None:
-    _attempts(2, _one_attempt, tmp_path, "timing off")
+@contextlib.contextmanager
+def busy_neighbour(on: bool) -> Iterator[None]:
+    """A process that keeps one CPU busy for as long as the run lasts (ours, killed after)."""
+    if not on:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
 
 
-def _one_attempt(db: Path) -> None:
-    with sse_server("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--log-timing", nice=10) as url:
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url) as resp:
+        return json.loads(resp.read())
+
+
+def _run(case: Case, db: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One run against the logging server; its summary and the server's logs."""
+    flags = ["--ttft-ms", str(case.ttft_ms), "--itl-ms", str(case.itl_ms), "--burst", str(case.burst),
+             "--tail-ms", str(case.tail_ms), "--log-timing"]
+    # The server runs at a lower priority than the client: a late write is logged late, so it
+    # never biases the truth, while a client that gets no CPU for longer than the gap to the
+    # next packet loses the first one's stamp (the kernel merges queued segments and keeps the
+    # newest stamp). Not lower than nice 5: at 10, 256 streams beside a busy neighbour starve
+    # it into writing whole streams at once, and the ITL checks would have little to compare.
+    with busy_neighbour(case.neighbour), sse_server(*flags, nice=5) as url:
         target = asyncio.run(preflight(url, "completions", None, None))
         settings = RunSettings(url=target.url, endpoint="completions", model=target.model,
-                               arrivals=Arrivals("closed", concurrency=STREAMS), num_requests=STREAMS * 3)
-        wl = Synthetic(LengthDist.parse("64", "in"), LengthDist.parse(str(TOKENS), "out"), target.tokens)
+                               arrivals=Arrivals("closed", concurrency=case.streams),
+                               num_requests=case.streams * 2)
+        wl = Synthetic(LengthDist.parse("64", "in"), LengthDist.parse(str(case.tokens), "out"), target.tokens)
         result = execute_run(settings, wl, db, {"test": "timing"})
-        with urllib.request.urlopen(url + "/_log") as resp:
-            truth: dict[str, list[int]] = json.loads(resp.read())
-    assert result.summary["completed"] == STREAMS * 3
+        logs = {name: _get(f"{url}/_{name}") for name in ("log", "arrivals", "tail")}
+    assert result.summary["completed"] == case.streams * 2, result.summary["errors"]
+    return result.summary, logs
 
+
+def spread_itl_ms(writes: np.ndarray) -> np.ndarray:
+    """The summary's ITL definition applied to the server's own log: events written together
+    (one timestamp) get the gap before their write spread over them; the first write's
+    events have none."""
+    times, counts = np.unique(writes, return_counts=True)
+    return np.repeat(np.diff(times) / counts[1:], counts[1:]) / 1e6
+
+
+def _check(case: Case, s: dict[str, Any], logs: dict[str, Any], db: Path) -> dict[str, float]:
     con = open_store(db, read_only=True)
     t0 = con.execute("SELECT t0_monotonic_ns FROM runs").fetchone()[0]
     rows = con.execute(
-        "SELECT r.server_request_id, r.send_ns, list(c.t_ns ORDER BY c.seq) FROM requests r "
-        "JOIN chunks c USING (run_id, request_idx) WHERE c.content GROUP BY ALL").fetchall()
-    ttft_err, itl_err, chunk_err = [], [], []
-    for rid, send_ns, client_ts in rows:
-        server_ts = np.array(truth[rid], dtype=np.int64)
-        client = np.array(client_ts, dtype=np.int64) + t0
-        assert len(client) == len(server_ts) == TOKENS
-        chunk_err.extend((client - server_ts) / 1e6)
-        ttft_err.append(((client[0] - (send_ns + t0)) - (server_ts[0] - (send_ns + t0))) / 1e6)
-        itl_err.extend((np.diff(client) - np.diff(server_ts)) / 1e6)
-    # The client reads a chunk after the server wrote it: never before.
-    assert min(chunk_err) > -0.05
+        "SELECT r.server_request_id, r.send_ns, r.last_choices_ns, r.done_ns, list(c.t_ns ORDER BY c.seq) "
+        "FROM requests r JOIN chunks c USING (run_id, request_idx) WHERE c.content AND r.phase = 'measure' "
+        "GROUP BY ALL").fetchall()
     con.close()
-    assert np.percentile(np.abs(ttft_err), 99) < 1.0, f"TTFT error p99 {np.percentile(np.abs(ttft_err), 99):.3f} ms"
-    assert np.percentile(np.abs(itl_err), 99) < 1.0, f"ITL error p99 {np.percentile(np.abs(itl_err), 99):.3f} ms"
-    assert np.percentile(chunk_err, 99) < 1.0, f"chunk delay p99 {np.percentile(chunk_err, 99):.3f} ms"
-    # And the measured ITL is the schedule the server kept (not read batching).
-    assert result.summary["coalesced_fraction"] < 0.01
+    chunk_delay, first_delay, server_ttft, server_e2e, server_tail, server_itl, server_tpot = ([] for _ in range(7))
+    for rid, send, last_choices, done, stamps in rows:
+        writes = np.array(logs["log"][rid], dtype=np.int64)
+        finish_at, _, done_at = logs["tail"][rid]
+        client = np.array(stamps, dtype=np.int64) + t0
+        assert len(client) == len(writes) == case.tokens
+        chunk_delay.append((client - writes) / 1e6)
+        first_delay.append((client[0] - writes[0]) / 1e6)
+        server_ttft.append((writes[0] - send - t0) / 1e6)
+        server_e2e.append((finish_at - send - t0) / 1e6)
+        server_tail.append((done_at - finish_at) / 1e6)
+        server_itl.append(spread_itl_ms(writes))
+        server_tpot.append((finish_at - writes[0]) / 1e6 / (case.tokens - 1))
+        assert last_choices + t0 >= finish_at - CLOCK_SLACK_MS * 1e6 and done + t0 >= done_at - CLOCK_SLACK_MS * 1e6
+    delays = np.concatenate(chunk_delay)
+    m = {"itl": s["median_itl_ms"], "server_itl": float(np.median(np.concatenate(server_itl))),
+         "ttft": s["median_ttft_ms"], "server_ttft": float(np.median(server_ttft)),
+         "first_delay": float(np.median(first_delay)), "e2e": s["median_e2el_ms"],
+         "server_e2e": float(np.median(server_e2e)), "trailing": s["median_trailing_ms"],
+         "server_tail": float(np.median(server_tail)), "tpot": s["median_tpot_ms"],
+         "server_tpot": float(np.median(server_tpot)), "raw_itl": s["raw_median_itl_ms"],
+         "coalesced": s["coalesced_fraction"], "chunk_delay_p50": float(np.median(delays)),
+         "chunk_delay_p99": float(np.percentile(delays, 99))}
+    # No stamp before its event was written: stamps are arrival times, never guesses.
+    assert delays.min() > -CLOCK_SLACK_MS, m
+    # ITL: the server's schedule as written, never the 0 ms of reads that coalesced.
+    assert s["median_itl_ms"] > 0 and abs(m["itl"] - m["server_itl"]) < 1.0, m
+    # TTFT: the server's first write plus the loopback network.
+    assert -CLOCK_SLACK_MS < m["first_delay"] < 1.0 and abs(m["ttft"] - m["server_ttft"]) < 1.0, m
+    # e2e ends at the finish event (the last with choices), whatever comes after it.
+    assert abs(m["e2e"] - m["server_e2e"]) < 1.0 and abs(m["trailing"] - m["server_tail"]) < 1.0, m
+    # TPOT: from the same two ends, so within their 1 ms over the tokens between them.
+    assert abs(m["tpot"] - m["server_tpot"]) < 2.0 / (case.tokens - 1), m
+    return m
 
 
-WIDE_STREAMS, WIDE_TOKENS, WIDE_ITL_MS = 256, 64, 10.0
+CASES = {
+    "64-streams-20ms": Case(64, 50.0, 20.0, 16),
+    "256-streams-10ms-busy": Case(256, 30.0, 10.0, 32, neighbour=True),
+    "64-streams-7ms-4-per-write-busy": Case(64, 40.0, 7.0, 48, burst=4, neighbour=True),
+    "128-streams-15ms-3-per-write": Case(128, 25.0, 15.0, 24, burst=3),
+}
 
 
-def test_client_adds_little_to_ttft_at_256_streams(tmp_path: Path) -> None:
-    """256 lock-step streams start and finish together; the client's share of TTFT stays small.
-
-    The client's share is the measured TTFT minus the server's own (first write minus the
-    moment the server had read the request): request setup and sending on the way out,
-    stamping on the way back. Peers added 300 ms (AIPerf) to 1 s (guidellm) at p99 here.
-
-    The way-out share ends when the server's handler starts, so it also holds the (niced)
-    server process's own wait for a CPU: a busy neighbour on a 2-core machine inflates it
-    with no fault of the client's. Hence up to three attempts.
-    """
-    _attempts(3, _wide_attempt, tmp_path, "client-added TTFT too high")
+@pytest.mark.parametrize("name", CASES)
+def test_ttft_and_itl_match_the_send_log(tmp_path: Path, name: str) -> None:
+    case = CASES[name]
+    s, logs = _run(case, tmp_path / "run.duckdb")
+    m = _check(case, s, logs, tmp_path / "run.duckdb")
+    if case.burst > 1:
+        # Reads coalesce by design: per event, most gaps are 0 ms; spread, they are the schedule.
+        assert m["coalesced"] >= (case.burst - 1) / case.burst * 0.9, m
+        assert m["raw_itl"] < 0.1 * case.itl_ms < m["itl"], m
 
 
-def _wide_attempt(db: Path) -> None:
-    with sse_server("--ttft-ms", str(TTFT_MS), "--itl-ms", str(WIDE_ITL_MS), "--log-timing", nice=10) as url:
-        target = asyncio.run(preflight(url, "completions", None, None))
-        settings = RunSettings(url=target.url, endpoint="completions", model=target.model,
-                               arrivals=Arrivals("closed", concurrency=WIDE_STREAMS),
-                               num_requests=WIDE_STREAMS * 2)
-        wl = Synthetic(LengthDist.parse("64", "in"), LengthDist.parse(str(WIDE_TOKENS), "out"), target.tokens)
-        result = execute_run(settings, wl, db, {"test": "wide"})
-        with urllib.request.urlopen(url + "/_log") as resp:
-            writes: dict[str, list[int]] = json.loads(resp.read())
-        with urllib.request.urlopen(url + "/_arrivals") as resp:
-            arrivals: dict[str, int] = json.loads(resp.read())
-    assert result.summary["completed"] == WIDE_STREAMS * 2
-    con = open_store(db, read_only=True)
-    t0 = con.execute("SELECT t0_monotonic_ns FROM runs").fetchone()[0]
-    rows = con.execute("SELECT server_request_id, send_ns, first_content_ns FROM requests").fetchall()
-    con.close()
-    added = np.array([((first - send) - (writes[rid][0] - arrivals[rid])) / 1e6 for rid, send, first in rows])
-    stamp_delay = np.array([(first + t0 - writes[rid][0]) / 1e6 for rid, _, first in rows])
-    assert added.min() > 0  # the client's share includes the way out and back: never negative
-    assert np.percentile(stamp_delay, 99) < 1.0, f"first-chunk stamp delay p99 {np.percentile(stamp_delay, 99):.3f} ms"
-    assert np.percentile(added, 99) < 20.0, f"client-added TTFT p99 {np.percentile(added, 99):.2f} ms"
+TAIL_CASES = {
+    "32-streams-8ms-300ms-tail-busy": Case(32, 20.0, 8.0, 24, tail_ms=300.0, neighbour=True),
+    "96-streams-12ms-120ms-tail": Case(96, 35.0, 12.0, 12, tail_ms=120.0),
+}
+
+
+@pytest.mark.parametrize("name", TAIL_CASES)
+def test_late_usage_and_done_leave_e2e_at_the_last_token(tmp_path: Path, name: str) -> None:
+    """The issue's server: usage and [DONE] long after the last token. e2e ends at the finish
+    event (sent with the last token), TPOT follows the token stream, and the delay is reported
+    as the trailing time and a warning."""
+    case = TAIL_CASES[name]
+    s, logs = _run(case, tmp_path / "run.duckdb")
+    m = _check(case, s, logs, tmp_path / "run.duckdb")
+    assert m["server_tail"] >= case.tail_ms, m  # the late tail happened, and e2e (checked) left it out
+    assert any("usage/[DONE] typically arrived" in w for w in s["warnings"]), s["warnings"]

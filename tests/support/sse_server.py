@@ -3,14 +3,21 @@
 Run: ``python tests/support/sse_server.py --port 0 --ttft-ms 20 --itl-ms 5``; it prints
 ``INFO: serving on http://127.0.0.1:PORT`` once listening.
 
-Every completion streams ``max_tokens`` content events: the first ``ttft`` after the request
-arrived, then one every ``itl`` (0/0 = as fast as the socket takes them, yielding to other
-streams after each write so streams interleave as in a real engine step). With
-``--log-timing`` the server keeps the monotonic time of each event write, served at
-``GET /_log`` keyed by the ``x-request-id`` it returned: that is the truth a timing test
-compares the client's timestamps against (same host, same CLOCK_MONOTONIC). ``GET /_arrivals``
-gives, by the same key, when the server had read each request, so a test can split a
-measured TTFT into the server's part and the client's.
+Every completion streams ``max_tokens`` content events: event k is due ``ttft + k * itl``
+after the request arrived. Each write carries the events due by then, so a server that wakes
+late (a busy machine) catches up in one write instead of several back to back; ``--burst B``
+writes B events at a time, when the last of them is due, so the client's reads coalesce by
+design. (0/0 = as fast as the socket takes them, one event per write, yielding to other
+streams every ``--burst`` events so streams interleave as in a real engine step.) After the
+last token comes the finish event (choices, no text); ``--tail-ms`` delays the usage event
+(when asked for) and ``[DONE]`` after it, as a server that sends them late would.
+
+With ``--log-timing`` the server keeps the monotonic time of each content event's write
+(events of one write share it), served at ``GET /_log`` keyed by the ``x-request-id`` it
+returned: that is the truth a timing test compares the client's timestamps against (same
+host, same CLOCK_MONOTONIC). ``GET /_arrivals`` gives, by the same key, when the server had
+read each request, so a test can split a measured TTFT into the server's part and the
+client's; ``GET /_tail`` when it wrote the finish event, usage (null without) and ``[DONE]``.
 
 ``--faults MODE:N,...`` makes every N-th request (by arrival order) misbehave:
 ``http500``, ``http429``, ``malformed`` (a non-JSON event mid-stream), ``truncate`` (connection
@@ -43,8 +50,10 @@ class Server:
             mode, _, every = item.partition(":")
             self.faults.append((mode, int(every)))
         self.counter = 0
+        self.tail_ns = int(args.tail_ms * 1e6)
         self.timing: dict[str, list[int]] = {}
         self.arrivals: dict[str, int] = {}
+        self.tails: dict[str, list[int | None]] = {}
         self.completed = 0
         self.running = 0
 
@@ -115,6 +124,9 @@ class Server:
         if path == "/_arrivals":
             self.send_json(writer, 200, self.arrivals)
             return True
+        if path == "/_tail":
+            self.send_json(writer, 200, self.tails)
+            return True
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             return await self.completion(path, json.loads(body), writer)
         self.error(writer, 404, f"no route {path}", "not_found")
@@ -169,12 +181,13 @@ class Server:
             return False
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         log = self.timing.setdefault(rid, []) if self.args.log_timing else None
+        tail = self.tails.setdefault(rid, []) if self.args.log_timing else None
         if self.args.log_timing:
             self.arrivals[rid] = arrival
         self.running += 1
         try:
             ok = await self.stream(writer, chat, cid, max_tokens, prompt_tokens, include_usage,
-                                   arrival, fault, log)
+                                   arrival, fault, log, tail)
         finally:
             self.running -= 1
         self.completed += 1
@@ -198,23 +211,18 @@ class Server:
 
     async def stream(self, writer: asyncio.StreamWriter, chat: bool, cid: str, max_tokens: int,
                      prompt_tokens: int, include_usage: bool, arrival: int, fault: str | None,
-                     log: list[int] | None) -> bool:
+                     log: list[int] | None, tail: list[int | None] | None) -> bool:
         transport = writer.transport
-        burst = self.args.burst
         token_event = self.event(chat, cid, TOKEN_TEXT, None)
         if chat:
             transport.write(self.frame(b'data: {"id":"' + cid.encode() +
                                        b'","object":"chat.completion.chunk","choices":[{"index":0,'
                                        b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'))
-        for k in range(max_tokens):
-            if self.ttft_ns or self.itl_ns:
-                due = arrival + self.ttft_ns + k * self.itl_ns
-                delay = (due - time.monotonic_ns()) / 1e9
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            elif k % burst == 0:
-                await asyncio.sleep(0)
-            if fault and k == max_tokens // 2:
+        fault_k = max_tokens // 2 if fault else -1
+        k = 0
+        while k < max_tokens:
+            end = await self.next_write(arrival, k, max_tokens, fault_k)
+            if k == fault_k:
                 if fault == "truncate":
                     transport.abort()
                     return False
@@ -227,20 +235,52 @@ class Server:
                     transport.write(b"0\r\n\r\n")
                     return True
             if log is not None:
-                log.append(time.monotonic_ns())
-            transport.write(token_event)
+                log.extend([time.monotonic_ns()] * (end - k))
+            transport.write(token_event * (end - k))
+            k = end
             if transport.get_write_buffer_size() > 1 << 20:
                 await writer.drain()
+        if tail is not None:  # logged before each write, as the content events are
+            tail.append(time.monotonic_ns())
         transport.write(self.event(chat, cid, None if chat else "", "length"))
+        if self.tail_ns:
+            await asyncio.sleep(self.tail_ns / 1e9)
+        usage_at = None
         if include_usage:
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
                      "total_tokens": prompt_tokens + max_tokens}
+            usage_at = time.monotonic_ns()
             transport.write(self.frame(
                 f'data: {{"id":"{cid}","object":"x","model":"{self.model}","choices":[],'
                 f'"usage":{json.dumps(usage)}}}\n\n'.encode()))
+        if tail is not None:
+            tail += [usage_at, time.monotonic_ns()]
         transport.write(self.frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
         return True
+
+    async def next_write(self, arrival: int, k: int, max_tokens: int, fault_k: int) -> int:
+        """Wait for the next write starting at event `k`; return the end (exclusive) of the
+        events it carries: a burst, when its last event is due, plus any further whole bursts
+        already due (a late wake-up catches up in one write). A fault goes between writes."""
+        burst = self.args.burst
+        limit = fault_k if k < fault_k else max_tokens
+        if not (self.ttft_ns or self.itl_ns):  # as fast as the socket takes them
+            if k % burst == 0:
+                await asyncio.sleep(0)
+            return min(k + 1, limit)
+
+        def due(j: int) -> int:  # when event j is due
+            return arrival + self.ttft_ns + j * self.itl_ns
+
+        end = min(limit, (k // burst + 1) * burst)
+        delay = (due(end - 1) - time.monotonic_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+        now = time.monotonic_ns()
+        while end < limit and due(min(limit, end + burst) - 1) <= now:
+            end = min(limit, end + burst)
+        return end
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -249,7 +289,9 @@ async def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default="test-model")
     p.add_argument("--ttft-ms", type=float, default=0.0)
     p.add_argument("--itl-ms", type=float, default=0.0)
-    p.add_argument("--burst", type=int, default=1, help="events written between yields (zero-delay mode)")
+    p.add_argument("--burst", type=int, default=1,
+                   help="events per write, written when the last is due (zero-delay mode: between yields)")
+    p.add_argument("--tail-ms", type=float, default=0.0, help="delay of usage and [DONE] after the finish event")
     p.add_argument("--api-key", default=None)
     p.add_argument("--faults", default="")
     p.add_argument("--log-timing", action="store_true")
