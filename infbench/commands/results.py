@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from infbench.console import make_console, print_error
+from infbench.report.config_view import config_rows
 from infbench.report.export import EXPORT_FORMATS, export_run
 from infbench.report.html import write_html_report
 from infbench.report.terminal import print_summary
@@ -43,7 +44,9 @@ def runs(db: Path = DB_OPTION, limit: int = typer.Option(50, help="Most recent N
             "workload": r.config.get("workload", {}).get("workload")} for r in rows], indent=2) + "\n")
         return
     t = Table(title=f"runs in {db}")
-    for c in ("run", "created (UTC)", "status", "model", "workload", "requests", "req/s", "p99 TTFT ms", "note"):
+    # Run ids are what a user copies into the next command: never truncated or wrapped.
+    t.add_column("run", no_wrap=True, min_width=max((len(r.run_id) for r in rows), default=3))
+    for c in ("created (UTC)", "status", "model", "workload", "requests", "req/s", "p99 TTFT ms", "note"):
         t.add_column(c)
     for r in rows:
         s = r.summary or {}
@@ -73,9 +76,15 @@ def show(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last
     console = make_console()
     if run.summary is None:
         console.print(f"run {run.run_id}: {run.status} ({run.status_reason or 'no summary was written'})")
-        return
-    print_summary(console, run.summary, {"run_id": run.run_id, "status": run.status, "model": run.model,
-                                         "target_url": run.target_url})
+    else:
+        print_summary(console, run.summary, {"run_id": run.run_id, "status": run.status,
+                                             "model": run.model, "target_url": run.target_url})
+    t = Table(title="Configuration", show_header=False, box=None, pad_edge=False, title_justify="left")
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    for key, value in config_rows(run.config):
+        t.add_row(key, value)
+    console.print(t)
 
 
 def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."), db: Path = DB_OPTION,
