@@ -3,39 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.console import Console
 
-from infbench import __version__
 from infbench.console import make_console, print_error
 from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS
 from infbench.loadgen.execute import execute_run
 from infbench.loadgen.lengths import LengthDist
-from infbench.loadgen.local_engine import bundled_engine
+from infbench.loadgen.local_engine import target_url
 from infbench.loadgen.outcome import EXIT_CODES_HELP, exit_code, validate_max_error_rate
-from infbench.loadgen.preflight import PreflightError, Target, preflight
+from infbench.loadgen.preflight import PreflightError, preflight
+from infbench.loadgen.run_config import resolved_config
 from infbench.loadgen.runner import RunSettings
 from infbench.loadgen.seeds import Streams, new_salt
 from infbench.loadgen.slo import parse_slo
 from infbench.loadgen.workloads import (
     WORKLOADS,
-    MultiTurn,
-    SharedPrefix,
-    ShareGPT,
-    Structured,
-    Synthetic,
-    Trace,
-    Workload,
 )
+from infbench.loadgen.workloads.build import DEFAULT_OUTPUT_TOKENS, build_workload
 from infbench.report.live import live_progress
 from infbench.report.terminal import print_summary
 from infbench.store import StoreError
@@ -48,47 +38,6 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def build_workload(
-    kind: str, *, input_len: LengthDist, output_len: LengthDist, target: Target, prefix_groups: int,
-    prefix_tokens: int, turns: int, dataset: Path | None, trace: Path | None, time_scale: float,
-    trace_start: float, trace_end: float | None, output_forced: bool,
-) -> Workload:
-    tokens = target.tokens
-    if kind == "synthetic":
-        return Synthetic(input_len, output_len, tokens)
-    if kind == "prefix":
-        return SharedPrefix(prefix_groups, prefix_tokens, input_len, output_len, tokens)
-    if kind == "multiturn":
-        return MultiTurn(turns, input_len, output_len, tokens)
-    if kind == "structured":
-        return Structured(input_len, output_len, tokens)
-    if kind == "sharegpt":
-        if dataset is None:
-            raise ValueError("dataset: --workload sharegpt needs --dataset FILE.json")
-        if not dataset.is_file():
-            raise ValueError(f"dataset: {dataset} does not exist")
-        return ShareGPT(dataset, tokens, output_len if output_forced else None)
-    if kind == "trace":
-        if trace is None:
-            raise ValueError("trace: --workload trace needs --trace FILE (CSV or JSONL)")
-        if not trace.is_file():
-            raise ValueError(f"trace: {trace} does not exist")
-        return Trace(trace, tokens, time_scale, trace_start, trace_end)
-    raise ValueError(f"workload: {kind!r} is not one of {', '.join(WORKLOADS)}")
-
-
-@contextlib.contextmanager
-def _target_url(url: str | None, engine_args: list[str], console: Console) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    console.print("[dim]no --url: starting the bundled reference engine (sim executor)…[/]")
-    with bundled_engine(engine_args) as engine_url:
-        console.print(f"[dim]reference engine serving on {engine_url}[/]")
-        yield engine_url
-    console.print("[dim]reference engine stopped[/]")
-
-
 def run(
     url: str | None = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: start the bundled engine."),
     api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer key (never stored)."),
@@ -97,7 +46,7 @@ def run(
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
     workload: str = typer.Option("synthetic", help=" | ".join(WORKLOADS)),
     input_tokens: str = typer.Option("uniform:256:1024", help="Input length: 512, uniform:LOW:HIGH, normal:MEAN:STD, lognormal:MEDIAN:SIGMA (per turn for multiturn, suffix for prefix)."),
-    output_tokens: str = typer.Option("uniform:64:256", help="Output length (max_tokens), same forms."),
+    output_tokens: str | None = typer.Option(None, help=f"Output length (max_tokens), same forms (default {DEFAULT_OUTPUT_TOKENS}; sharegpt: each reply's length unless given)."),
     prefix_groups: int = typer.Option(4, help="prefix: number of shared-prefix groups."),
     prefix_tokens: int = typer.Option(512, help="prefix: tokens in each group's shared prefix."),
     turns: int = typer.Option(3, help="multiturn: turns per conversation."),
@@ -135,7 +84,7 @@ def run(
         validate_max_error_rate(max_error_rate)
         Streams(seed)  # a bad seed fails here, before an engine is started
         in_len = LengthDist.parse(input_tokens, "input_tokens")
-        out_len = LengthDist.parse(output_tokens, "output_tokens")
+        out_len = None if output_tokens is None else LengthDist.parse(output_tokens, "output_tokens")
         slo_ms = parse_slo(slo)
         kind = arrival or ("trace" if workload == "trace" else "poisson")
         if kind == "trace" and workload != "trace":
@@ -151,14 +100,14 @@ def run(
         raise fail(str(exc)) from None
 
     try:
-        with _target_url(url, engine_arg, console) as base:
+        with target_url(url, engine_arg, console) as base:
             try:
                 target = asyncio.run(preflight(base, endpoint, model, api_key, metrics_url))
                 wl = build_workload(
                     workload, input_len=in_len, output_len=out_len, target=target,
                     prefix_groups=prefix_groups, prefix_tokens=prefix_tokens, turns=turns,
                     dataset=dataset, trace=trace, time_scale=time_scale, trace_start=trace_start,
-                    trace_end=trace_end, output_forced=output_tokens != "uniform:64:256")
+                    trace_end=trace_end)
                 settings = RunSettings(
                     url=target.url, endpoint=endpoint, model=target.model, arrivals=arrivals,
                     api_key=api_key, duration_s=duration, num_requests=num_requests, warmup_s=warmup,
@@ -193,35 +142,3 @@ def run(
 
 
 run.__doc__ = f"{run.__doc__}\n\n{EXIT_CODES_HELP}"
-
-
-def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: dict[str, float], *,
-                    bundled: bool, engine_args: list[str]) -> dict[str, Any]:
-    """Everything that decided this run, for the runs table. The API key is left out on purpose."""
-    a = settings.arrivals
-    return {
-        "infbench_version": __version__,
-        "target": {"url": settings.url, "model": settings.model, "endpoint": settings.endpoint,
-                   "served_models": target.models, "bundled_engine": bundled,
-                   "engine_args": engine_args if bundled else None,
-                   "api_key_set": settings.api_key is not None,
-                   "metrics_url": settings.metrics_url, "steps_url": settings.steps_url},
-        "engine_config": target.engine_config,
-        "workload": wl.describe(),
-        "token_model": {"per_word": target.tokens.per_word, "overhead": target.tokens.overhead,
-                        "source": target.tokens.source},
-        "arrivals": {"kind": a.kind, "rate": a.rate, "burstiness": a.burstiness,
-                     "concurrency": a.concurrency, "time_scale": a.time_scale},
-        "stop": {"duration_s": settings.duration_s, "num_requests": settings.num_requests},
-        "warmup_s": settings.warmup_s, "cooldown_s": settings.cooldown_s,
-        "request_timeout_s": settings.request_timeout_s, "seed": settings.seed,
-        # Not part of the load's identity (the gate pairs salted repeats): the text differs,
-        # the schedule and lengths do not.
-        "prompts": {"reuse": settings.prompt_salt is None,
-                    "salt": None if settings.prompt_salt is None else f"{settings.prompt_salt:016x}"},
-        "sampling": {"temperature": settings.temperature, "ignore_eos": settings.ignore_eos,
-                     "ignore_eos_supported": target.ignore_eos_supported,
-                     "stream_options.include_usage": True},
-        "slo_ms": slo,
-        "scrape_interval_s": settings.scrape_interval_s,
-    }

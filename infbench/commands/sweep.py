@@ -13,16 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from infbench.commands.run import _target_url, build_workload, fail, resolved_config
+from infbench.console import make_console, print_error
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.execute import execute_run
 from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.local_engine import target_url
 from infbench.loadgen.preflight import PreflightError, preflight
+from infbench.loadgen.run_config import resolved_config
 from infbench.loadgen.runner import RunSettings
 from infbench.loadgen.slo import parse_slo
+from infbench.loadgen.workloads.build import build_workload
 from infbench.store import StoreError, open_store
 from infbench.sweep.analysis import analyse
 from infbench.sweep.html import sweep_html
@@ -39,6 +41,11 @@ def _engine_config(url: str) -> dict[str, Any] | None:
     return None
 
 
+def fail(message: str) -> typer.Exit:
+    print_error(message)
+    return typer.Exit(2)
+
+
 def sweep(
     url: str | None = typer.Option(None, help="Target base URL; default: start the bundled engine."),
     model: str | None = typer.Option(None, help="Model name; default: the first from /v1/models."),
@@ -50,7 +57,7 @@ def sweep(
     num_rates: int = typer.Option(6, help="auto: open-loop rates between the two ends."),
     workload: str = typer.Option("synthetic", help="Workload kind, as for `infbench run`."),
     input_tokens: str = typer.Option("uniform:256:1024", help="Input length (as for `infbench run`)."),
-    output_tokens: str = typer.Option("uniform:64:256", help="Output length (as for `infbench run`)."),
+    output_tokens: str | None = typer.Option(None, help="Output length (as for `infbench run`)."),
     dataset: Path | None = typer.Option(None, help="sharegpt: ShareGPT-format JSON file."),
     duration: float = typer.Option(20.0, help="Seconds of load per point."),
     num_requests: int | None = typer.Option(None, help="Also stop a point after this many requests."),
@@ -62,11 +69,11 @@ def sweep(
     json_out: bool = typer.Option(False, "--json", help="Print the analysis as JSON on stdout."),
 ) -> None:
     """Sweep load (concurrency or request rate) and find the knee and the goodput maximum."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     try:
         listed = parse_points(mode, points)
         in_len = LengthDist.parse(input_tokens, "input_tokens")
-        out_len = LengthDist.parse(output_tokens, "output_tokens")
+        out_len = None if output_tokens is None else LengthDist.parse(output_tokens, "output_tokens")
         slo_ms = parse_slo(slo)
         if max_concurrency < 2:
             raise ValueError("max_concurrency: must be >= 2")
@@ -79,15 +86,14 @@ def sweep(
 
     sweep_id = new_sweep_id()
     try:
-        with _target_url(url, engine_arg, console) as base:
+        with target_url(url, engine_arg, console) as base:
             engine = _engine_config(base)
 
             def run_point(idx: int, p: Point) -> dict[str, Any]:
                 target = asyncio.run(preflight(base, endpoint, model, None))
                 wl = build_workload(workload, input_len=in_len, output_len=out_len, target=target,
                                     prefix_groups=4, prefix_tokens=512, turns=3, dataset=dataset, trace=None,
-                                    time_scale=1.0, trace_start=0.0, trace_end=None,
-                                    output_forced=output_tokens != "uniform:64:256")
+                                    time_scale=1.0, trace_start=0.0, trace_end=None)
                 arrivals = (Arrivals("closed", concurrency=int(p.value)) if p.kind == "concurrency"
                             else Arrivals("poisson", rate=p.value, concurrency=max_concurrency))
                 settings = RunSettings(
@@ -169,7 +175,7 @@ def ramp_until_saturated(run_point: Any, max_concurrency: int, console: Any) -> 
 
 
 def _print(result: dict[str, Any]) -> None:
-    console = Console()
+    console = make_console()
     t = Table(title=f"sweep {result['sweep_id']}", title_justify="left")
     for c in ("#", "load", "req/s", "out tok/s", "p50 TTFT", "p50 TPOT", "p50 E2E", "p99 E2E", "batch", "goodput"):
         t.add_column(c, justify="right")

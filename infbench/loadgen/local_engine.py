@@ -15,10 +15,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import Protocol
 
 from infbench.loadgen.preflight import PreflightError
 
 READY_MARK = "serving on "
+
+
+class Console(Protocol):
+    def print(self, *objects: object, **kwargs: object) -> None: ...
 
 
 @contextlib.contextmanager
@@ -61,3 +66,16 @@ def bundled_engine(args: list[str], start_timeout_s: float = 120.0) -> Iterator[
                 proc.kill()
                 proc.wait()
         reader.join(timeout=2)
+
+
+@contextlib.contextmanager
+def target_url(url: str | None, engine_args: list[str], console: Console) -> Iterator[str]:
+    """The URL to load: the given one, or the bundled engine started for the block."""
+    if url:
+        yield url
+        return
+    console.print("[dim]no --url: starting the bundled reference engine (sim executor)…[/]")
+    with bundled_engine(engine_args) as engine_url:
+        console.print(f"[dim]reference engine serving on {engine_url}[/]")
+        yield engine_url
+    console.print("[dim]reference engine stopped[/]")

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from infbench.report.export import export_run
-from infbench.store import MIGRATIONS, SCHEMA_VERSION, StoreError, create_run, open_store, schema_version
+from infbench.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    StoreError,
+    create_run,
+    open_store,
+    schema_version,
+)
 from infbench.store.findings import load_diagnoses, save_diagnosis
 from infbench.store.transfer import import_run
 

@@ -1,0 +1,42 @@
+"""The resolved configuration a run is stored with: everything that decided it, no secret."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infbench import __version__
+from infbench.loadgen.preflight import Target
+from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.workloads import Workload
+
+
+def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: dict[str, float], *,
+                    bundled: bool, engine_args: list[str]) -> dict[str, Any]:
+    """Everything that decided this run, for the runs table. The API key is left out on purpose."""
+    a = settings.arrivals
+    return {
+        "infbench_version": __version__,
+        "target": {"url": settings.url, "model": settings.model, "endpoint": settings.endpoint,
+                   "served_models": target.models, "bundled_engine": bundled,
+                   "engine_args": engine_args if bundled else None,
+                   "api_key_set": settings.api_key is not None,
+                   "metrics_url": settings.metrics_url, "steps_url": settings.steps_url},
+        "engine_config": target.engine_config,
+        "workload": wl.describe(),
+        "token_model": {"per_word": target.tokens.per_word, "overhead": target.tokens.overhead,
+                        "source": target.tokens.source},
+        "arrivals": {"kind": a.kind, "rate": a.rate, "burstiness": a.burstiness,
+                     "concurrency": a.concurrency, "time_scale": a.time_scale},
+        "stop": {"duration_s": settings.duration_s, "num_requests": settings.num_requests},
+        "warmup_s": settings.warmup_s, "cooldown_s": settings.cooldown_s,
+        "request_timeout_s": settings.request_timeout_s, "seed": settings.seed,
+        # Not part of the load's identity (the gate pairs salted repeats): the text differs,
+        # the schedule and lengths do not.
+        "prompts": {"reuse": settings.prompt_salt is None,
+                    "salt": None if settings.prompt_salt is None else f"{settings.prompt_salt:016x}"},
+        "sampling": {"temperature": settings.temperature, "ignore_eos": settings.ignore_eos,
+                     "ignore_eos_supported": target.ignore_eos_supported,
+                     "stream_options.include_usage": True},
+        "slo_ms": slo,
+        "scrape_interval_s": settings.scrape_interval_s,
+    }
