@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import duckdb
@@ -231,6 +232,14 @@ def test_bad_max_error_rate_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr and not (tmp_path / "x.duckdb").exists()
 
 
+def _completed_on(url: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("vllm:request_success_total"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_sigint_keeps_rows_and_marks_run_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "i.duckdb"
     with sse_server("--ttft-ms", "5", "--itl-ms", "20") as url:
@@ -238,7 +247,10 @@ def test_sigint_keeps_rows_and_marks_run_interrupted(tmp_path: Path) -> None:
             [sys.executable, "-m", "infbench", "run", "--url", url, "--db", str(db), "--duration", "60",
              "--arrival", "closed", "--concurrency", "4", "--output-tokens", "50", "--quiet"],
             cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(4.0)
+        # Interrupt once requests are really flowing (start-up takes seconds on a busy machine).
+        deadline = time.monotonic() + 60
+        while _completed_on(url) < 6 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
