@@ -2,8 +2,14 @@
 
 Work done every N steps keeps time in steps; timers (metrics/log flush) in seconds; garbage
 collection in allocations, which follow tokens produced; CUDA graph capture happens when a
-batch shape is seen for the first time. The source whose clock aligns the stalls tightest
-ranks first; the jitter in each clock is the correlation that separates the top two.
+batch shape is seen for the first time.
+
+Each clock is fitted on its own (playbooks/periodicity.py); the clock with the best fit
+sets the grid (which events are on the period, and how many periods lie between them), and
+the other clocks are refitted on that same grid. So "every 2.5 s = every 379 steps" counts
+the same periods in both units, and the clocks are ranked by how tightly the same events
+keep time in each: the source's own clock has no drift, the others inherit the variation of
+step times or of throughput.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from playbooks.periodicity import PeriodFit, first_seen, fit_period
+from playbooks.periodicity import PeriodFit, first_seen, fit_on_grid, fit_period
 from playbooks.sql import fetch_numpy
 
 STEP_SHAPES_SQL = """
@@ -36,22 +42,51 @@ class Periodicity:
     seconds: PeriodFit | None
     steps: PeriodFit | None
     tokens: PeriodFit | None
+    grid_clock: str | None    # the clock whose fit set the common grid (None: no period)
     sources: list[Source]
     shapes_sql: str | None
+
+    @property
+    def primary(self) -> PeriodFit | None:
+        return {"seconds": self.seconds, "steps": self.steps,
+                "output tokens": self.tokens}.get(self.grid_clock or "")
 
 
 def _score(fit: PeriodFit | None) -> float:
     if fit is None:
         return 0.0
-    # Strength first; a tighter clock (lower jitter) wins between equally strong fits.
-    return fit.strength * (1.0 - min(fit.jitter, 0.25))
+    # Share on the period (0 unless significant); a tighter clock (lower jitter, in
+    # periods) wins between equally strong fits.
+    jitter = fit.jitter if np.isfinite(fit.jitter) else 0.25
+    return fit.strength * (1.0 - min(jitter, 0.25))
+
+
+def common_grid(clocks: dict[str, tuple[np.ndarray, float]]) -> tuple[str | None, dict[str, PeriodFit | None]]:
+    """Fit each clock (name -> (event times, quantum), same events in the same order; NaN
+    where a clock does not know an event), take the best-scoring fit's grid and refit the
+    other clocks on it. Returns the grid's clock (None when no clock is significantly
+    periodic: each clock keeps its own fit then) and the fits."""
+    own = {name: fit_period(x, q) for name, (x, q) in clocks.items()}
+    best = max(own, key=lambda name: (_score(own[name]), (own[name].llr if own[name] else -np.inf)))
+    lead = own[best]
+    if lead is None or not lead.significant:
+        return None, own
+    fits: dict[str, PeriodFit | None] = {}
+    for name, (x, q) in clocks.items():
+        fits[name] = lead if name == best else fit_on_grid(x, lead.grid, q)
+    return best, fits
 
 
 def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarray,
                  step_ids: np.ndarray | None, tokens: np.ndarray) -> Periodicity:
-    sec = fit_period(times_s)
-    stp = fit_period(step_ids) if step_ids is not None else None
-    tok = fit_period(tokens.astype(float))
+    """`times_s`, `step_ids` (-1 where unknown) and `tokens`: one entry per event."""
+    clocks: dict[str, tuple[np.ndarray, float]] = {"seconds": (np.asarray(times_s, dtype=float), 0.0),
+                                                   "output tokens": (tokens.astype(float), 1.0)}
+    if step_ids is not None:
+        ids = np.asarray(step_ids, dtype=float)
+        clocks["steps"] = (np.where(ids >= 0, ids, np.nan), 1.0)
+    grid_clock, fits = common_grid(clocks)
+    sec, stp, tok = fits["seconds"], fits.get("steps"), fits["output tokens"]
     sources = [
         Source("work every N engine steps (scheduler housekeeping, periodic cache/stat sweeps)",
                "steps", _score(stp), stp,
@@ -66,15 +101,16 @@ def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarra
                "after startup"),
     ]
     shapes_sql = None
-    if step_ids is not None and len(step_ids):
+    if step_ids is not None and np.any(np.asarray(step_ids) >= 0):
+        known = np.asarray(step_ids)[np.asarray(step_ids) >= 0]
         shapes_sql, cols = fetch_numpy(con, STEP_SHAPES_SQL, run_id=run_id)
         ids = np.asarray(cols["step_id"], dtype=np.int64)
         new = first_seen(np.asarray(cols["batch"], dtype=np.int64))
-        pos = np.clip(np.searchsorted(ids, step_ids), 0, max(len(ids) - 1, 0))
+        pos = np.clip(np.searchsorted(ids, known), 0, max(len(ids) - 1, 0))
         share = float(np.mean(new[pos])) if len(ids) else 0.0
         sources.append(Source("CUDA graph capture / compilation for a batch shape seen for the "
                               "first time", "batch shape", share, None,
                               "capture sizes (cudagraph_capture_sizes) and warm-up; stalls stop "
                               "once every batch size has been seen"))
     sources.sort(key=lambda s: -s.score)
-    return Periodicity(sec, stp, tok, sources, shapes_sql)
+    return Periodicity(sec, stp, tok, grid_clock, sources, shapes_sql)

@@ -1,65 +1,217 @@
 """Is a set of event times periodic, with what period, and how tightly?
 
-Events can be missed (a stall while no request was streaming leaves no client gap), so the
-fit allows gaps that are whole multiples of the period. Strength compares the share of
-intervals that land on a multiple with what random times would give.
+Model. Each event is either on a grid `phase + k * period` (jittered, Gaussian with an
+absolute spread `s`) or unrelated, uniform over the span. Events on the grid may be missing
+(a stall while no request was streaming leaves no client gap). The fit maximises the
+log-likelihood ratio (LLR) of this mixture against "every event uniform" (Poisson):
+
+    LLR = sum_i log(share * period * N(e_i; 0, s) + 1 - share)
+
+where `e_i` is event i's offset from the nearest grid point. `period * N(...)` is the
+density on the wrapped phase circle relative to a uniform phase, so a divisor period/k of
+the true period, which fits the same events with the same absolute offsets, scores log k
+less for every event: the k - 1 grid points per true interval that it predicts and that
+never happen cost it exactly that. So the fundamental wins over its divisors however many
+of its own events are missing, and over its multiples, which leave events off the grid.
+
+Search. Candidates are the modes of the differences between each event and its next few
+(robust to missing and extra events), with their divisions by 2..5; each is refined by a
+grid search on the phase concentration over the whole span (a 1% error drifts by a whole
+period over 100 periods) and then by EM on (share, spread, phase, period).
+
+Significance. Over random (Poisson) trains of 4 to 500 events, the best LLR this search
+finds stayed below ~21 nats; `SIGNIFICANT_LLR` is set above that, so a random train is not
+called periodic. A real period reaches it with ~8 events at 1% jitter, ~16 at 5%.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-_ALIGN_TOL = 0.1    # an interval is "on the period" within 10% of one period
-_CHANCE = 2 * _ALIGN_TOL  # share of random intervals that would align by luck
-MIN_EVENTS = 4
+MIN_EVENTS = 4            # fewer events on the grid cannot show a period
+SIGNIFICANT_LLR = 25.0    # nats; see the module docstring for how it was set
+_LAGS = 6                 # differences to the next 6 events (covers missing and extra events)
+_MODES = 8                # difference modes tried as periods...
+_DIVISIONS = 5            # ...each also divided by 2..5, in case the fundamental is rare
+_MODE_BIN = np.log(1.02)  # modes on a log scale, 2% bins
+_REFINE = 0.025           # grid search +-2.5% around a candidate (one bin either side)
+_REFINE_EVENTS = 400      # events used in that search (spread evenly over the train)
+_EM_ITERATIONS = 12
+_SQRT_2PI = float(np.sqrt(2 * np.pi))
 
 
 @dataclass(frozen=True)
 class PeriodFit:
     period: float        # in the unit of the input (seconds, steps, tokens)
-    aligned: float       # share of intervals within 10% of a whole number of periods
-    strength: float      # 0 (no better than chance) .. 1 (every interval aligned)
-    jitter: float        # std of the aligned intervals' deviation, in periods
-    intervals: int
-    missed: int          # periods with no event (intervals spanning k>1 periods add k-1)
+    phase: float         # time of grid point 0
+    share: float         # fitted share of events that keep the period
+    jitter: float        # spread of on-grid events around the grid, in periods
+    llr: float           # log-likelihood ratio against random times, in nats
+    events: int          # events given
+    hits: int            # events on the grid
+    missed: int          # grid points between the first and last hit with no event
+    extra: int           # events off the grid
+    grid: np.ndarray = field(repr=False, compare=False)  # grid index per event as given, -1 off grid
+
+    @property
+    def significant(self) -> bool:
+        return self.llr >= SIGNIFICANT_LLR and self.hits >= MIN_EVENTS
+
+    @property
+    def strength(self) -> float:
+        """0 when the period is not significant, else the share of events on it."""
+        return self.share if self.significant else 0.0
+
+    @property
+    def coverage(self) -> float:
+        """Share of grid points (between the first and last hit) that had an event."""
+        return self.hits / (self.hits + self.missed) if self.hits else 0.0
 
 
-def _fit(d: np.ndarray, p0: float) -> tuple[float, np.ndarray, np.ndarray]:
-    k = np.maximum(1.0, np.round(d / p0))
-    p = float(np.sum(d * k) / np.sum(k * k))  # least squares for d = k * p
-    k = np.maximum(1.0, np.round(d / p))
-    return p, k, d / p - k
-
-
-def fit_period(times: np.ndarray) -> PeriodFit | None:
-    """Fit a period to event times (any unit); None when there are too few events."""
-    t = np.sort(np.asarray(times, dtype=float))
+def _resolution(t: np.ndarray, quantum: float) -> float:
+    # The smallest spread a fit may claim: integer clocks (steps, tokens) are exact only to
+    # a quantum; otherwise a thousandth of the typical interval. The same absolute floor
+    # for every candidate, so that a divisor never gains from a tighter floor.
     d = np.diff(t)
     d = d[d > 0]
-    if len(d) < MIN_EVENTS - 1:
-        return None
-    base = float(np.median(d))
-    best: tuple[float, float, np.ndarray, np.ndarray] | None = None
-    # The median interval is one period unless most periods were missed; try its fractions
-    # and keep the longest period that explains (nearly) as much as the best one.
-    candidates = []
-    for div in (1, 2, 3):
-        p, k, r = _fit(d, base / div)
-        candidates.append((p, float(np.mean(np.abs(r) <= _ALIGN_TOL)), k, r))
-    top = max(c[1] for c in candidates)
-    for c in candidates:
-        if c[1] >= top - 0.05:
-            best = c
+    typical = float(np.median(d)) if len(d) else 0.0
+    return max(quantum / np.sqrt(12.0), 1e-3 * typical, 1e-12)
+
+
+def _candidates(t: np.ndarray, floor: float) -> list[float]:
+    n = len(t)
+    d = np.concatenate([t[lag:] - t[:-lag] for lag in range(1, min(_LAGS, n - 1) + 1)])
+    d = d[(d > 4 * floor) & (d <= (t[-1] - t[0]) / 2)]
+    if not len(d):
+        return []
+    ld = np.log(d)
+    b = np.floor((ld - ld.min()) / _MODE_BIN).astype(np.int64)
+    counts = np.bincount(b).astype(float)
+    smooth = counts.copy()
+    smooth[1:] += counts[:-1]
+    smooth[:-1] += counts[1:]
+    modes: list[int] = []
+    for i in np.argsort(-smooth, kind="stable"):
+        if smooth[i] <= 0 or len(modes) >= _MODES:
             break
-    assert best is not None
-    p, aligned, k, r = best
-    on = np.abs(r) <= _ALIGN_TOL
-    jitter = float(np.std(r[on])) if on.any() else float("nan")
-    strength = float(np.clip((aligned - _CHANCE) / (1 - _CHANCE), 0.0, 1.0))
-    return PeriodFit(period=p, aligned=aligned, strength=strength, jitter=jitter,
-                     intervals=len(d), missed=int(np.sum(k - 1)))
+        if all(abs(int(i) - m) > 2 for m in modes):
+            modes.append(int(i))
+    out = []
+    for m in modes:
+        centre = float(np.median(d[np.abs(b - m) <= 1]))
+        out += [centre / k for k in range(1, _DIVISIONS + 1) if centre / k > 4 * floor]
+    out.sort()
+    return [c for i, c in enumerate(out) if i == 0 or c > out[i - 1] * 1.01]
+
+
+def _refine(t: np.ndarray, c: float) -> float:
+    """The period within +-2.5% of `c` around which the events' phases concentrate most."""
+    periods = (t[-1] - t[0]) / c
+    if periods < 3:
+        return c
+    # Steps fine enough that the phase at the far end moves by 1/40 period per step.
+    steps = int(min(2 * periods * _REFINE * 40, 4000)) | 1
+    sub = t if len(t) <= _REFINE_EVENTS else t[np.linspace(0, len(t) - 1, _REFINE_EVENTS).astype(int)]
+    ps = c * (1 + np.linspace(-_REFINE, _REFINE, steps))
+    z = np.abs(np.exp(2j * np.pi * (sub[None, :] - sub[0]) / ps[:, None]).sum(axis=1))
+    return float(ps[int(np.argmax(z))])
+
+
+def _density(e: np.ndarray, share: float, period: float, s: float) -> tuple[np.ndarray, np.ndarray]:
+    on = share * period * np.exp(-0.5 * (e / s) ** 2) / (s * _SQRT_2PI)
+    return on, on + (1.0 - share)
+
+
+def _em(t: np.ndarray, c: float, floor: float) -> PeriodFit:
+    p = _refine(t, c)
+    # Phase: the densest 3/20 of the phase circle.
+    hist = np.bincount(np.minimum((np.mod(t - t[0], p) / p * 20).astype(int), 19),
+                       minlength=20).astype(float)
+    phase = t[0] + (int(np.argmax(hist + np.roll(hist, 1) + np.roll(hist, -1))) + 0.5) / 20 * p
+    share, s = 0.5, max(0.05 * p, floor)
+    k = np.round((t - phase) / p)
+    for _ in range(_EM_ITERATIONS):
+        k = np.round((t - phase) / p)
+        on, dens = _density(t - phase - k * p, share, p, s)
+        r = on / dens
+        share = float(np.clip(r.mean(), 1e-6, 1 - 1e-6))
+        w = float(r.sum())
+        if w < 2:
+            break
+        # Weighted least squares of t = phase + k * period over the responsibilities.
+        km, tm = float((r * k).sum() / w), float((r * t).sum() / w)
+        var = float((r * (k - km) ** 2).sum())
+        if var <= 0:
+            break
+        p_new = float((r * (k - km) * (t - tm)).sum() / var)
+        if not 0.5 * c < p_new < 2 * c:
+            break
+        p, phase = p_new, tm - km * p_new
+        e = t - phase - k * p
+        # Two parameters (phase, period) came from the same events: divide by w - 2.
+        s = min(max(float(np.sqrt((r * e * e).sum() / max(w - 2, 1.0))), floor), p / 4)
+    k = np.round((t - phase) / p)
+    e = t - phase - k * p
+    on, dens = _density(e, share, p, s)
+    hit = on / dens > 0.5
+    ks = np.unique(k[hit])
+    missed = int(ks[-1] - ks[0] + 1 - len(ks)) if len(ks) else 0
+    jitter = float(np.std(e[hit]) / p) if hit.sum() > 1 else float("nan")
+    return PeriodFit(period=p, phase=phase, share=share, jitter=jitter,
+                     llr=float(np.log(dens).sum()), events=len(t), hits=int(len(ks)),
+                     missed=missed, extra=int(len(t) - len(ks)),
+                     grid=np.where(hit, k - (ks[0] if len(ks) else 0), -1).astype(np.int64))
+
+
+def fit_period(times: np.ndarray, quantum: float = 0.0) -> PeriodFit | None:
+    """Fit a period to event times (any unit; `quantum` = 1 for integer clocks such as
+    steps). None when there are too few events or no candidate period."""
+    x = np.asarray(times, dtype=float)
+    ok = np.flatnonzero(np.isfinite(x))
+    order = ok[np.argsort(x[ok], kind="stable")]
+    t = x[order]
+    if len(t) < MIN_EVENTS or t[-1] <= t[0]:
+        return None
+    floor = _resolution(t, quantum)
+    best: PeriodFit | None = None
+    for c in _candidates(t, floor):
+        f = _em(t, c, floor)
+        if best is None or f.llr > best.llr:
+            best = f
+    if best is None:
+        return None
+    grid = np.full(len(x), -1, dtype=np.int64)
+    grid[order] = best.grid  # back to the caller's event order
+    return replace(best, grid=grid)
+
+
+def fit_on_grid(times: np.ndarray, grid: np.ndarray, quantum: float = 0.0) -> PeriodFit | None:
+    """The period of the same events in another clock, on a grid already fitted in one
+    clock (`grid` from that fit, aligned with `times` in the same event order, -1 = off
+    the grid): so the periods reported in seconds and in steps count the same periods."""
+    t = np.asarray(times, dtype=float)
+    g = np.asarray(grid, dtype=np.int64)
+    on = (g >= 0) & np.isfinite(t)
+    if on.sum() < MIN_EVENTS or np.ptp(g[on]) <= 0:
+        return None
+    k, x = g[on].astype(float), t[on]
+    p, phase = (float(v) for v in np.polyfit(k, x, 1))
+    if not p > 0:
+        return None
+    e = x - phase - k * p
+    s = min(max(float(np.sqrt(np.sum(e * e) / max(len(e) - 2, 1))), _resolution(np.sort(x), quantum)),
+            p / 4)
+    n = int(np.isfinite(t).sum())
+    share = float(np.clip(on.sum() / n, 1e-6, 1 - 1e-6))
+    _, dens = _density(e, share, p, s)
+    # Events off this grid are uniform under both models: each adds log(1 - share).
+    llr = float(np.log(dens).sum() + (n - on.sum()) * np.log(1 - share))
+    ks = np.unique(g[on])
+    return PeriodFit(period=p, phase=phase, share=share, jitter=float(np.std(e) / p), llr=llr,
+                     events=n, hits=len(ks), missed=int(ks[-1] - ks[0] + 1 - len(ks)),
+                     extra=n - len(ks), grid=np.where(on, g, -1))
 
 
 def first_seen(values: np.ndarray) -> np.ndarray:

@@ -11,13 +11,16 @@ import numpy as np
 from playbooks.context import RunContext
 from playbooks.findings import Evidence, Finding
 from playbooks.periodic_sources import Periodicity
+from playbooks.periodicity import SIGNIFICANT_LLR
 from playbooks.prefill import ELEVATION_FINDING, PrefillResult, measured_budget, roofline_budget
 from playbooks.server_view import SLOWDOWN_FINDING, DecodeVsRoofline, TtftSplit
 from playbooks.sql import fetch_one
 from playbooks.stall_events import Baseline, Events
 from playbooks.stall_tail import Tail
 
-PERIODIC_STRENGTH = 0.6   # 68% of intervals on a whole number of periods (chance: 20%)
+# A significant period that at least half the pauses keep: the periodic source is the main
+# cause (below that, unrelated pauses dominate and "no regular period" is the honest summary).
+PERIODIC_STRENGTH = 0.5
 HOL_ADDED_MS = 50.0       # TTFT added per short request worth a finding...
 PREEMPTIONS_SQL = """
 SELECT coalesce(sum(preemptions), 0) AS step_log_preemptions,
@@ -49,34 +52,48 @@ def _tail_evidence(tail: Tail) -> Evidence:
         "without them")
 
 
+def _period_evidence(per: Periodicity) -> list[Evidence]:
+    out = []
+    for name, f, clock, unit in (("period_seconds", per.seconds, "seconds", "s"),
+                                 ("period_steps", per.steps, "steps", "steps"),
+                                 ("period_output_tokens", per.tokens, "output tokens", "tokens")):
+        if f is None:
+            continue
+        grid = ("fitted in this clock" if per.grid_clock in (None, clock)
+                else f"same events and periods as the {per.grid_clock} fit")
+        out.append(Evidence(name, {
+            "period": _r(f.period, 4 if unit == "s" else 1), "unit": unit,
+            "strength": _r(f.strength, 3), "events_on_period": f.hits,
+            "missed_periods": f.missed, "extra_events": f.extra,
+            "jitter_periods": _r(f.jitter, 4), "log_likelihood_ratio": _r(f.llr, 1),
+            "significant": f.significant}, None,
+            f"{grid}; events on a grid allowing missing and extra events, against random "
+            f"times (significant: LLR >= {SIGNIFICANT_LLR:g}); strength = share of events on "
+            "the period when significant, else 0"))
+    return out
+
+
 def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicity,
                         cross: Evidence, base: Baseline, has_steps: bool) -> Finding:
-    fit = per.seconds
+    fit = per.primary
     periodic = fit is not None and fit.strength >= PERIODIC_STRENGTH
     evidence = [cross, Evidence("engine_wide_stalls", {
         "events": len(idx), "median_gap_ms": _r(np.median(ev.gap_ms[idx])),
         "max_gap_ms": _r(np.max(ev.max_gap_ms[idx])), "typical_itl_ms": _r(base.median_ms),
         "median_requests_stalled": _r(float(np.median(ev.n_stalled[idx]))),
         "longest_engine_step_ms": _r(float(np.nanmax(ev.longest_step_ms[idx])))
-        if has_steps else None}, ev.sql), _tail_evidence(tail)]
-    for name, f, unit in (("period_seconds", per.seconds, "s"), ("period_steps", per.steps, "steps"),
-                          ("period_output_tokens", per.tokens, "tokens")):
-        if f is not None:
-            evidence.append(Evidence(name, {"period": _r(f.period, 4 if unit == "s" else 1),
-                                            "unit": unit, "strength": _r(f.strength, 3),
-                                            "aligned": _r(f.aligned, 3), "jitter_periods": _r(f.jitter, 4),
-                                            "missed_periods": f.missed}, None,
-                                     "interval fit allowing whole multiples; strength 0 = chance"))
+        if has_steps else None}, ev.sql), _tail_evidence(tail), *_period_evidence(per)]
     ranked = [s for s in per.sources if s.score > 0] if periodic else []
     if ranked:
         evidence.append(Evidence("periodic_sources_ranked", {
             f"{i + 1}. {s.clock}": _r(s.score, 3) for i, s in enumerate(ranked)}, per.shapes_sql,
-            "score = alignment strength x (1 - jitter) in that clock"))
+            "score = strength x (1 - jitter in periods) in that clock, all on one grid"))
     if periodic:
-        assert fit is not None
-        steps = f" = every {per.steps.period:.0f} steps" if per.steps and per.steps.strength >= PERIODIC_STRENGTH else ""
-        summary = (f"{len(idx)} engine-wide pauses recur every {fit.period:.3f} s{steps} "
-                   f"(strength {fit.strength:.2f}); every running request stalls at once, "
+        assert fit is not None and per.seconds is not None
+        steps = f" = every {per.steps.period:.0f} steps" if per.steps is not None else ""
+        summary = (f"{len(idx)} engine-wide pauses recur every {per.seconds.period:.3f} s{steps} "
+                   f"({fit.hits} on the period, {fit.missed} periods without a pause, {fit.extra} "
+                   f"off it); every running request stalls at once, "
                    f"{np.median(ev.gap_ms[idx]):.0f} ms each vs a typical ITL of {base.median_ms:.1f} ms.")
         if len(ranked) >= 2:
             a, b = ranked[0], ranked[1]

@@ -1,6 +1,6 @@
 """Playbook `stalls`: why the token stream stutters. Runbook: playbooks/stalls.md.
 
-Order of checks: baseline ITL -> stall events -> cross-request test per event -> what the
+Order of checks: did the engine stop (hang) -> baseline ITL -> stall events -> cross-request test per event -> what the
 engine did at that time (step log) -> periodicity of engine-wide pauses -> prefill
 interference and head-of-line blocking -> TTFT split -> uniform slowdown vs the roofline.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 from playbooks import prefill as pf
 from playbooks.context import RunContext, load_context
+from playbooks.engine_stopped import engine_stopped_finding
 from playbooks.findings import Diagnosis, Evidence
 from playbooks.periodic_sources import rank_sources
 from playbooks.server_view import decode_vs_roofline, ttft_split
@@ -60,6 +61,11 @@ def diagnose_stalls(con: duckdb.DuckDBPyConnection, run_ref: str,
     if not ctx.has_steps:
         diag.notes.append("No engine step log: causes are inferred from the client timeline "
                           "alone (record /engine/steps or a profiler trace to confirm them).")
+    # First: did the engine stop altogether? A hang leaves no gap to measure (the stranded
+    # requests never got another token), so the stall checks below cannot see it.
+    stopped = engine_stopped_finding(con, ctx.run_id, ctx.t0_ns, ctx.has_steps)
+    if stopped is not None:
+        diag.findings.append(stopped)
     base = baseline(con, ctx.run_id, opts.min_stall_ms)
     if base is None:
         diag.notes.append("No inter-token gaps in this run (no request streamed two content "
@@ -98,9 +104,9 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
     wide = np.flatnonzero((ev.kind == "engine_wide") & np.isin(ev.cause, ["engine_pause", "unattributed"]))
     if len(wide):
         times_s = (ev.we[wide] - (ev.gap_ms[wide] * 1e6).astype(np.int64)) / 1e9
+        # One entry per event in every clock (-1: no step known), so that one grid can
+        # count the same periods in seconds, steps and tokens.
         step_ids = ev.longest_step_id[wide] if ctx.has_steps else None
-        if step_ids is not None:
-            step_ids = step_ids[step_ids >= 0]
         per = rank_sources(con, ctx.run_id, times_s, step_ids,
                            tokens_before(con, ctx.run_id, ev.first_start[wide]))
         diag.findings.append(engine_wide_finding(ev, wide, gaps.tail(wide), per, cross, base,
