@@ -4,6 +4,7 @@ endpoint streams; and a token calibration for prompt lengths. Each failure is on
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,7 @@ async def _probe(session: aiohttp.ClientSession, url: str, endpoint: str, model:
 async def preflight(url: str, endpoint: str, model: str | None, api_key: str | None,
                     metrics_url: str | None = None, timeout_s: float = 10.0) -> Target:
     headers = auth_headers(api_key)
+    check_url(url)
     url = url.rstrip("/")
     if url.endswith("/v1"):
         url = url[:-3]
@@ -86,8 +88,26 @@ async def preflight(url: str, endpoint: str, model: str | None, api_key: str | N
         raise PreflightError(f"cannot reach {url}: {exc.strerror or exc}") from None
     except (TimeoutError, aiohttp.ServerTimeoutError):
         raise PreflightError(f"{url} did not answer within {timeout_s:.0f}s") from None
+    except aiohttp.ServerDisconnectedError:
+        raise PreflightError(f"{url} closed the connection without answering: is it an HTTP "
+                             "server (and not HTTPS, or another protocol, on that port)?") from None
+    except aiohttp.ClientResponseError as exc:
+        raise PreflightError(f"{url} sent a response that is not valid HTTP ({exc.message})") from None
     except aiohttp.ClientError as exc:
-        raise PreflightError(f"{url}: {exc.__class__.__name__}: {exc}".splitlines()[0]) from None
+        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+        raise PreflightError(f"cannot talk to {url}: {detail}") from None
+
+
+def check_url(url: str) -> None:
+    """A base URL the client can use: http(s), a host, no query. Says what to type instead."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        hint = f" (did you mean http://{url}?)" if "://" not in url else ""
+        raise PreflightError(f"url: {url!r} is not an http:// or https:// URL{hint}")
+    if not parts.hostname:
+        raise PreflightError(f"url: {url!r} has no host")
+    if parts.query or parts.fragment:
+        raise PreflightError(f"url: {url!r}: give the server's base URL, without ?query or #fragment")
 
 
 async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, model: str | None,
@@ -97,12 +117,18 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
         what = "the API key was rejected" if api_key else "it needs an API key (--api-key or OPENAI_API_KEY)"
         raise PreflightError(f"{url}: HTTP {status}, {what}: {redact(_error_message(body), api_key)}")
     models: list[str] = []
+    listed = False
     if status == 200:
         try:
             models = [m["id"] for m in json.loads(body).get("data", []) if isinstance(m, dict) and "id" in m]
+            listed = True
         except (ValueError, AttributeError):
             models = []
     if model is None:
+        if status == 200 and not listed:
+            start = redact(body, api_key).strip().replace("\n", " ")[:80]
+            raise PreflightError(f"{url}/v1/models answered HTTP 200 but not with a JSON model list "
+                                 f"(it began {start!r}): is this an OpenAI-compatible server?")
         if not models:
             raise PreflightError(f"{url}/v1/models lists no model (HTTP {status}); pass --model")
         model = models[0]
@@ -119,9 +145,15 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
         raise PreflightError(f"{url}: HTTP {st}, the API key was rejected: {redact(_error_message(str(res)), api_key)}")
     if st == 404:
         raise PreflightError(f"{url}{ENDPOINTS[endpoint]}: HTTP 404: {redact(_error_message(str(res)), api_key)}")
-    if st != 200 or not isinstance(res, dict):
-        raise PreflightError(f"{url}{ENDPOINTS[endpoint]}: probe request failed (HTTP {st}): "
-                             f"{redact(_error_message(str(res)), api_key)}")
+    if st == 200 and not isinstance(res, dict):
+        start = redact(str(res), api_key).strip().replace("\n", " ")[:80]
+        raise PreflightError(
+            f"{url}{ENDPOINTS[endpoint]} answered a 1-token test request with HTTP 200 but not with "
+            f"a JSON completion (it began {start!r}): is this an OpenAI-compatible server, "
+            "and is --endpoint right?")
+    if st != 200:
+        raise PreflightError(f"{url}{ENDPOINTS[endpoint]} refused a 1-token test request with "
+                             f"HTTP {st}: {redact(_error_message(str(res)), api_key)}")
     tokens = TokenModel()
     st2, res2 = await _probe(session, url, endpoint, model, long, headers, ignore_eos, 2)
     t1 = (res.get("usage") or {}).get("prompt_tokens")

@@ -4,7 +4,12 @@ process boundary (exit code, what reaches stderr) is what a user or a CI job see
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -95,3 +100,92 @@ def test_bad_input_is_one_line_exit_2_and_loses_nothing(files: dict[str, Path], 
     assert lines[0].startswith("error: ") and names in lines[0], lines[0]
     assert "Traceback" not in r.stderr + r.stdout
     assert _digest(files["good"]) == before  # nothing already stored was touched
+
+
+class _Html(BaseHTTPRequestHandler):
+    """A web server that is not an inference server: HTML for everything."""
+
+    def _page(self) -> None:
+        body = b"<html><body>Welcome to nginx!</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._page()
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._page()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@contextlib.contextmanager
+def _garbage_server() -> Iterator[str]:
+    """Something on the port that does not speak HTTP at all."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    stop = threading.Event()
+
+    def loop() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\x00\x01garbage\r\n\r\n")
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        t.join(2)
+        sock.close()
+
+
+def test_targets_that_are_not_inference_servers_are_named_in_words(tmp_path: Path) -> None:
+    with _serve(_Html) as url:
+        r = infbench("run", "--url", url, "--db", str(tmp_path / "h.duckdb"))
+        assert r.returncode == USAGE, r.stderr
+        assert "not with a JSON model list" in r.stderr and "Welcome to nginx" in r.stderr
+        r = infbench("run", "--url", url, "--model", "m", "--db", str(tmp_path / "h.duckdb"))
+    assert r.returncode == USAGE, r.stderr
+    assert "not with a JSON completion" in r.stderr and "Welcome to nginx" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) >= 1
+    with _garbage_server() as url:
+        r = infbench("run", "--url", url, "--db", str(tmp_path / "g.duckdb"))
+    assert r.returncode == USAGE, r.stderr
+    assert "Error" not in r.stderr.replace("error:", ""), r.stderr  # no exception class names
+    assert url in r.stderr
+    assert not (tmp_path / "h.duckdb").exists() and not (tmp_path / "g.duckdb").exists()
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("localhost:8000", "did you mean http://localhost:8000"),
+    ("ftp://127.0.0.1:1", "not an http:// or https:// URL"),
+    ("http://127.0.0.1:1/?q=1", "without ?query"),
+])
+def test_urls_that_are_not_http_base_urls(url: str, says: str, tmp_path: Path) -> None:
+    r = infbench("run", "--url", url, "--db", str(tmp_path / "u.duckdb"))
+    assert r.returncode == USAGE and says in r.stderr and "Traceback" not in r.stderr
