@@ -97,8 +97,11 @@ class StampedSocket(socket.socket):
 
     The stamp is taken when the packet reaches the socket's receive queue, so it does not
     depend on when the client process is scheduled or how busy its event loop is: a client
-    that is late to read still records when the bytes arrived. The kernel stamps in
-    CLOCK_REALTIME; the offset to CLOCK_MONOTONIC is read at each receive.
+    that is late to read still records when the bytes arrived. One read gets one stamp, its
+    newest packet's (the kernel also merges queued segments, keeping the newer stamp), so
+    packets that arrived apart and were read together share the last one's time: the parser
+    marks such events `coalesced` and ITL spreads the read's gap over them. The kernel stamps
+    in CLOCK_REALTIME; the offset to CLOCK_MONOTONIC is read at each receive.
     """
 
     rx_ns = 0  # arrival of the last read's data (monotonic ns); 0 when the kernel gave none
