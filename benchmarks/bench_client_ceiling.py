@@ -361,7 +361,7 @@ def main() -> None:
     per_stream = 4 if args.quick else 24
     title = ("# Client timing: TTFT and ITL against the server's send log" if args.only_timing else
              "# Client ceiling: infbench vs a bare aiohttp reader and a vLLM bench-serve-style client")
-    flags = "".join(f" {a}" for a in sys.argv[1:] if not a.startswith("--out"))
+    flags = "".join(f" {a}" for a in sys.argv[1:])
     lines = [title, "", f"Command: `python benchmarks/bench_client_ceiling.py{flags}`  ",
              f"Machine: {machine()}  ",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
