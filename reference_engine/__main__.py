@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=int)
     add("--step-overhead-ms", type=float, help="sim: fixed cost added to every step")
     add("--sim-eos-probability", type=float, help="sim: chance a synthetic token is EOS")
+    add("--sim-output-median", type=int,
+        help="sim: median natural answer length in tokens (EOS there unless ignore_eos; "
+             "lognormal, at least 16); 0 = generate to max_tokens (default 192)")
+    add("--sim-output-sigma", type=float, help="sim: spread of the answer length (default 0.7)")
     add("--step-log-size", type=int, help="per-step records kept for /engine/steps")
     add("--stream-byte-budget", type=int,
         help="bytes a streaming client may fall behind before its request is cancelled")

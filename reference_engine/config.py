@@ -49,6 +49,10 @@ class EngineConfig:
     seed: int = 0
     step_overhead_ms: float = 0.5               # sim: fixed host/launch cost added to every step
     sim_eos_probability: float = 0.0            # sim: chance a synthetic token is EOS
+    # sim: each prompt's natural answer length (tokens before EOS) is lognormal with this median
+    # and sigma, floored at 16, as a chat model's answers are; 0 = never stop before max_tokens.
+    sim_output_median: int = 192
+    sim_output_sigma: float = 0.7
     step_log_size: int = 10000                  # per-step records kept in the ring buffer
     stream_byte_budget: int = 1 << 20           # server: pending bytes per connection before cancel
 
@@ -101,6 +105,9 @@ class EngineConfig:
                               f"got {self.gpu_memory_utilization}")
         if not 0.0 <= self.sim_eos_probability <= 1.0:
             raise ConfigError(f"sim_eos_probability must be in [0, 1], got {self.sim_eos_probability}")
+        if self.sim_output_median < 0 or not self.sim_output_sigma >= 0.0:
+            raise ConfigError("sim_output_median must be >= 0 and sim_output_sigma >= 0, got "
+                              f"{self.sim_output_median} and {self.sim_output_sigma}")
         if not self.step_overhead_ms >= 0.0:
             raise ConfigError(f"step_overhead_ms must be >= 0, got {self.step_overhead_ms}")
         if not 0 <= self.port <= 65535:

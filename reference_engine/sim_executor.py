@@ -7,10 +7,17 @@ long, so HTTP clients measure real latencies. The wait runs to a deadline counte
 step's start, so the engine's own bookkeeping is absorbed inside the step rather than added
 to it. The KV pool has the size `infbench plan memory` computes. Tokens are synthetic:
 printable ASCII bytes of the byte-level tokenizer, deterministic from a seed.
+
+A real model stops at EOS; a sim that never did would answer a chat request without
+`max_tokens` with the whole context window. So each sequence has a natural answer length,
+lognormal (median `sim_output_median`, sigma `sim_output_sigma`, at least 16 tokens), a
+function of its sampling stream and prompt length, and EOS comes there. Requests with
+`ignore_eos` (what benchmarks send) get exactly `max_tokens`.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 from infbench.specs import get_gpu, get_model
@@ -24,6 +31,7 @@ EOS_ID = 257  # the byte tokenizer's end of sequence (ids 0..255 are bytes)
 _PRINTABLE_FIRST, _PRINTABLE_COUNT = 0x20, 0x7F - 0x20  # space .. '~'
 _M64 = (1 << 64) - 1
 _SPIN_S = 0.0002  # the last stretch before a deadline is waited out by yielding, not sleeping
+_MIN_NATURAL_OUTPUT = 16
 
 
 def _mix(x: int) -> int:
@@ -51,6 +59,8 @@ class SimExecutor:
         self.overhead_s = config.step_overhead_ms / 1e3
         self.seed = config.seed
         self.eos_probability = config.sim_eos_probability
+        self.output_median = config.sim_output_median
+        self.output_sigma = config.sim_output_sigma
         self.bandwidth_fraction = DEFAULT_BANDWIDTH_FRACTION / device_factor
         self.collective_factor = collective_factor
         if collective_factor > 1.0 and self.tp == 1:
@@ -91,7 +101,8 @@ class SimExecutor:
         predicted = self.predict(batch)
         self.last_prediction_s = predicted
         out = {w.seq_id: self._token(w.seq_id, w.params.seed, w.params.temperature,
-                                     w.start_pos + len(w.token_ids))
+                                     w.start_pos + len(w.token_ids), w.num_output_tokens,
+                                     w.params.ignore_eos)
                for w in batch.seqs if w.sample}
         start = batch.start_time or time.monotonic()
         deadline = start + predicted
@@ -103,15 +114,33 @@ class SimExecutor:
             time.sleep(0)  # releases the GIL, so the server threads keep running
         return out
 
-    def _token(self, seq_id: int, seed: int | None, temperature: float, position: int) -> int:
+    def natural_output_len(self, stream: int, prompt_len: int) -> int | None:
+        """Tokens this sequence answers with before EOS; None when the sim never stops early."""
+        if self.output_median <= 0:
+            return None
+        u = _mix(stream ^ _mix(prompt_len ^ 0x0E05))
+        # Two uniforms -> one standard normal (Box-Muller); deterministic per stream and prompt.
+        u1 = ((u >> 11) + 1) / ((1 << 53) + 1)
+        u2 = (_mix(u) >> 11) / (1 << 53)
+        z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+        return max(_MIN_NATURAL_OUTPUT, round(self.output_median * math.exp(self.output_sigma * z)))
+
+    def stream(self, seq_id: int, seed: int | None, temperature: float) -> int:
         # Greedy requests and seeded ones get the same tokens every time; unseeded sampled
         # requests differ per sequence. Only the stream's identity and position matter.
         if seed is not None:
-            stream = _mix(seed ^ 0x5EED)
-        elif temperature == 0.0:
-            stream = _mix(self.seed)
-        else:
-            stream = _mix(self.seed ^ (seq_id << 20))
+            return _mix(seed ^ 0x5EED)
+        if temperature == 0.0:
+            return _mix(self.seed)
+        return _mix(self.seed ^ (seq_id << 20))
+
+    def _token(self, seq_id: int, seed: int | None, temperature: float, position: int,
+               num_output: int = 0, ignore_eos: bool = False) -> int:
+        stream = self.stream(seq_id, seed, temperature)
+        # With ignore_eos a model keeps writing ordinary text past where it would have stopped.
+        natural = None if ignore_eos else self.natural_output_len(stream, position - num_output)
+        if natural is not None and num_output >= natural:
+            return EOS_ID
         r = _mix(stream ^ position)
         if self.eos_probability and (r >> 11) / (1 << 53) < self.eos_probability:
             return EOS_ID

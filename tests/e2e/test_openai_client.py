@@ -96,3 +96,12 @@ def test_client_errors_map_to_openai_exceptions(served: EngineProcess) -> None:
     assert excinfo.value.body["param"] == "n"
     with pytest.raises(openai.BadRequestError, match="max_model_len"):
         good.completions.create(model=MODEL, prompt="x", max_tokens=100_000)
+
+
+@pytest.mark.parametrize("question", ["Hello", "What is a KV cache? " * 5, "Why " * 40])
+def test_chat_without_max_tokens_stops_like_a_model_does(client: openai.OpenAI, question: str) -> None:
+    # vLLM lets such a request run to max_model_len; a model stops at EOS long before.
+    resp = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": question}],
+                                          timeout=60)
+    assert resp.choices[0].finish_reason == "stop"
+    assert resp.usage is not None and 16 <= resp.usage.completion_tokens < 2000

@@ -94,3 +94,34 @@ def test_engine_on_sim_finishes_requests_by_max_tokens() -> None:
     assert outs[-1].finish_reason == "length"
     rec = eng.steps_since(0)
     assert rec[0]["prefill_tokens"] == 20 and rec[-1]["decode_seqs"] == 1
+
+
+@pytest.mark.parametrize(("median", "sigma"), [(192, 0.7), (60, 0.3), (500, 1.0)])
+def test_natural_answer_lengths_are_lognormal_with_the_configured_median(
+        median: int, sigma: float) -> None:
+    import numpy as np
+
+    ex = SimExecutor(EngineConfig(num_gpu_blocks=100, sim_output_median=median,
+                                  sim_output_sigma=sigma))
+    lens = np.array([ex.natural_output_len(s, p) for s in range(40) for p in range(1, 101)])
+    assert lens.min() >= 16
+    assert np.median(lens) == pytest.approx(median, rel=0.08)
+    above = lens[lens > 16]  # the floor censors the low tail; fit the spread above it
+    assert np.std(np.log(above)) == pytest.approx(sigma, rel=0.2)
+    # deterministic per (stream, prompt length); different prompt lengths differ
+    assert ex.natural_output_len(7, 123) == ex.natural_output_len(7, 123)
+    assert len({ex.natural_output_len(7, p) for p in range(1, 50)}) > 20
+
+
+def test_eos_at_the_natural_length_unless_ignore_eos_or_disabled() -> None:
+    ex = SimExecutor(EngineConfig(num_gpu_blocks=100))
+    prompt = 37
+    stream_seed = 5
+    natural = ex.natural_output_len(ex.stream(1, stream_seed, 0.0), prompt)
+    assert natural is not None
+    tok = [ex._token(1, stream_seed, 0.0, prompt + n, n) for n in range(natural + 3)]
+    assert EOS_ID not in tok[:natural] and tok[natural] == EOS_ID
+    kept = [ex._token(1, stream_seed, 0.0, prompt + n, n, ignore_eos=True) for n in range(natural + 3)]
+    assert EOS_ID not in kept
+    off = SimExecutor(EngineConfig(num_gpu_blocks=100, sim_output_median=0))
+    assert all(off._token(1, stream_seed, 0.0, prompt + n, n) != EOS_ID for n in range(3000))
