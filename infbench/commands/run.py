@@ -74,7 +74,7 @@ def run(
     scrape_interval: float = typer.Option(1.0, help="Seconds between /metrics and step-log scrapes."),
     engine_arg: list[str] = typer.Option([], help="Extra argument for the bundled engine (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (vLLM bench key names) on stdout."),
-    quiet: bool = typer.Option(False, help="No live progress."),
+    quiet: bool = typer.Option(False, help="No progress (by default a live line on a terminal, a line every 5 s on stderr when piped)."),
 ) -> None:
     """Load-test a target and record every request and chunk in the store."""
     console = make_console(stderr=True)
@@ -120,8 +120,7 @@ def run(
             except (PreflightError, ValueError) as exc:
                 raise fail(str(exc)) from None
             config = resolved_config(settings, wl, target, slo_ms, bundled=url is None, engine_args=engine_arg)
-            progress = None if (quiet or not console.is_terminal) else (
-                lambda st, s: live_progress(st, s, console))
+            progress = None if quiet else (lambda st, s: live_progress(st, s, console))
             result = execute_run(settings, wl, db, config, slo_ms, progress)
     except StoreError as exc:
         raise fail(str(exc)) from None

@@ -1,5 +1,9 @@
 """Live progress while a run goes on: done / in flight / errors, rate, rolling p50 TTFT/ITL.
 
+On a terminal one line is redrawn in place; piped (a CI log) a plain line is printed every
+`log_every_s` seconds, so a long run is never silent and a hung target shows as lines whose
+"done" stops growing.
+
 The ITL shown is the median over recent requests of each one's mean ITL as the summary defines
 it (each read's gap spread over the tokens it brought), so a client that reads several tokens
 at once does not show 0 ms here either.
@@ -44,9 +48,12 @@ def _line(st: LiveStats, settings: RunSettings) -> Text:
 
 
 async def live_progress(st: LiveStats, settings: RunSettings, console: Console | None = None,
-                        refresh_s: float = 0.5) -> None:
+                        refresh_s: float = 0.5, log_every_s: float = 5.0) -> None:
     """Redraws from the event loop (no refresh thread competing for the GIL)."""
     console = console or Console(stderr=True)
+    if not console.is_terminal:
+        await _log_lines(st, settings, console, log_every_s)
+        return
     with Live(_line(st, settings), console=console, auto_refresh=False, transient=False) as live:
         try:
             while True:
@@ -54,3 +61,12 @@ async def live_progress(st: LiveStats, settings: RunSettings, console: Console |
                 live.update(_line(st, settings), refresh=True)
         finally:
             live.update(_line(st, settings), refresh=True)
+
+
+async def _log_lines(st: LiveStats, settings: RunSettings, console: Console, every_s: float) -> None:
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            console.print(_line(st, settings).plain, markup=False, highlight=False, soft_wrap=True)
+    finally:
+        console.print(_line(st, settings).plain, markup=False, highlight=False, soft_wrap=True)

@@ -261,3 +261,14 @@ def test_sigint_keeps_rows_and_marks_run_interrupted(tmp_path: Path) -> None:
     partial = _rows(db, "SELECT count(*) FROM chunks c JOIN requests r USING (run_id, request_idx) "
                         "WHERE r.error_class = 'cancelled'")[0][0]
     assert partial > 0  # chunks of the requests cut short are kept too
+
+
+def test_piped_run_logs_progress_lines_on_stderr(server: str, tmp_path: Path) -> None:
+    r = infbench("run", "--url", server, "--db", str(tmp_path / "p.duckdb"), "--arrival", "closed",
+                 "--concurrency", "2", "--duration", "11", "--output-tokens", "8")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if " done " in ln and "req/s" in ln]
+    assert len(lines) >= 3, r.stderr  # every 5 s, and once at the end
+    done = [int(ln.split(" done ")[1].split()[0]) for ln in lines]
+    assert done == sorted(done) and done[-1] > done[0]
+    assert "\x1b[" not in r.stderr  # plain text for a CI log
