@@ -117,3 +117,30 @@ def get_format(name: str | FormatSpec, group_size: int | None = None) -> FormatS
             raise SpecError(f"format {name!r} has no group_size parameter")
         return _FIXED[key]
     raise SpecError(f"unknown format {name!r}; known: {', '.join(FORMAT_NAMES)}")
+
+
+_SIXTEEN_BIT = ("bf16", "fp16")
+
+
+def serving_formats(
+    dtype: str | FormatSpec = "auto",
+    kv_cache_dtype: str | FormatSpec = "auto",
+    model_dtype: str | None = None,
+) -> tuple[FormatSpec, FormatSpec]:
+    """The weight and KV-cache formats for vLLM-style settings, `auto` resolved as vLLM does.
+
+    `dtype` auto is the checkpoint's 16-bit type (`model_dtype`, its config's torch_dtype):
+    fp16 for float16 checkpoints, else bf16 (vLLM serves float32 checkpoints in 16 bits; the
+    bytes are the same either way). `dtype` also takes a quantized weight format (fp8, int4,
+    ...) in place of vLLM's --quantization. `kv_cache_dtype` auto is the activation type: the
+    16-bit weight format, or the checkpoint's 16-bit type under quantized weights; never fp8
+    unless asked for.
+    """
+    model_16 = "fp16" if str(model_dtype or "").lower() in ("float16", "fp16", "half") else "bf16"
+    auto = isinstance(dtype, str) and dtype.strip().lower() == "auto"
+    weights = get_format(model_16 if auto else dtype)
+    if isinstance(kv_cache_dtype, str) and kv_cache_dtype.strip().lower() == "auto":
+        kv = weights if weights.name in _SIXTEEN_BIT else get_format(model_16)
+    else:
+        kv = get_format(kv_cache_dtype)
+    return weights, kv

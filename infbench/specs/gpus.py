@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from infbench.specs.errors import SpecError
+from infbench.specs.names import ALIAS, EXACT, Resolved
 
 GIB = 1 << 30
 
@@ -234,27 +235,46 @@ GPUS: tuple[GpuSpec, ...] = (
 )
 
 
+# Aliases that leave a choice to the catalog (SXM or PCIe, 40 or 80 GB), and which it made.
+ALIAS_NOTES: dict[str, str] = {
+    "h100": "the SXM part; the PCIe card is H100-PCIe",
+    "h100-80gb": "the SXM part; the PCIe card is H100-PCIe",
+    "h200": "the SXM part",
+    "a100": "the 80 GB SXM part; the 40 GB one is A100-40GB",
+    "a100-80gb": "the SXM part (the PCIe card has less bandwidth)",
+    "a100-80g": "the SXM part (the PCIe card has less bandwidth)",
+}
+
+
 def _key(name: str) -> str:
     # "H100 SXM", "h100_sxm" and "H100-SXM" are the same GPU.
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
-_BY_KEY: dict[str, GpuSpec] = {}
+_BY_KEY: dict[str, tuple[GpuSpec, str, str | None]] = {}
 for _gpu in GPUS:
     for _name in (_gpu.name, *_gpu.aliases):
-        _BY_KEY[_key(_name)] = _gpu
-        _BY_KEY[_key(_name).replace("-", "")] = _gpu
+        _how = EXACT if _name == _gpu.name else ALIAS
+        _entry = (_gpu, _how, ALIAS_NOTES.get(_name))
+        _BY_KEY[_key(_name)] = _entry
+        _BY_KEY[_key(_name).replace("-", "")] = _entry
+
+
+def resolve_gpu(name: str) -> tuple[GpuSpec, Resolved]:
+    """A GPU by name or alias, case-insensitive, with what the name resolved to and why."""
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(f"gpu must be a non-empty name, got {name!r}")
+    key = _key(name)
+    hit = _BY_KEY.get(key) or _BY_KEY.get(key.replace("-", ""))
+    if hit is None:
+        known = ", ".join(g.name for g in GPUS)
+        raise SpecError(f"unknown gpu {name!r}; known: {known}")
+    gpu, how, note = hit
+    return gpu, Resolved("gpu", name, gpu.name, how, note)
 
 
 def get_gpu(name: str | GpuSpec) -> GpuSpec:
     """A GPU by name or alias, case-insensitive ("h100", "H100 SXM", "h100-sxm5")."""
     if isinstance(name, GpuSpec):
         return name
-    if not isinstance(name, str) or not name.strip():
-        raise SpecError(f"gpu must be a non-empty name, got {name!r}")
-    key = _key(name)
-    gpu = _BY_KEY.get(key) or _BY_KEY.get(key.replace("-", ""))
-    if gpu is None:
-        known = ", ".join(g.name for g in GPUS)
-        raise SpecError(f"unknown gpu {name!r}; known: {known}")
-    return gpu
+    return resolve_gpu(name)[0]

@@ -228,3 +228,41 @@ CATALOG: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ("mistral-7b",),
     ),
 }
+
+_INSTRUCT = (
+    "the instruct fine-tune has the base model's shapes; its own config.json may set another "
+    "max_position_embeddings, so give --max-model-len or pass that config.json"
+)
+_LLAMA_3 = (
+    "Llama 3 has the shapes of Llama 3.1 but was trained for 8,192 tokens "
+    "(max_position_embeddings 8192): give --max-model-len 8192"
+)
+_LLAMA_31_70B = "same architecture and size as Llama 3.1 70B; the catalog carries 3.3"
+_DEEPSEEK_R1 = "DeepSeek-R1 is trained from DeepSeek-V3-Base: same architecture and size"
+
+# Aliases that name another checkpoint than the entry they resolve to, and why the entry
+# answers for it (keys as listed in CATALOG). Every output of a calculator repeats the note.
+ALIAS_NOTES: dict[str, str] = {
+    "llama-3-8b": _LLAMA_3,
+    "llama3-8b": _LLAMA_3,
+    "llama-3.1-8b-instruct": _INSTRUCT,
+    "llama-3.1-70b": _LLAMA_31_70B,
+    "llama-3.1-70b-instruct": _LLAMA_31_70B,
+    "llama-3-70b": _LLAMA_3,
+    "llama3-70b": _LLAMA_3,
+    "llama-3.1-405b-instruct": _INSTRUCT,
+    "qwen2.5-7b-instruct": _INSTRUCT,
+    "qwen2.5-3b-instruct": _INSTRUCT,
+    "qwen2.5-72b-instruct": _INSTRUCT,
+    "mixtral-8x7b-instruct-v0.1": _INSTRUCT,
+    "mixtral": "the catalog's Mixtral is 8x7B; for 8x22B pass its config.json",
+    "deepseek-v3-0324": "a later DeepSeek-V3 checkpoint: same architecture and size",
+    "deepseek-r1": _DEEPSEEK_R1,
+    "deepseek-ai/DeepSeek-R1": _DEEPSEEK_R1,
+    "gemma-2-9b-it": _INSTRUCT,
+    "mistral-7b": (
+        "the catalog carries v0.1 (sliding window 4096); v0.2 and v0.3 attend over the whole "
+        "context and v0.3 has a 32,768-token vocabulary: pass their config.json"
+    ),
+}
+INSTRUCT_NOTE = _INSTRUCT

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from infbench.specs.errors import SpecError
-from infbench.specs.model_catalog import CATALOG
+from infbench.specs.model_catalog import ALIAS_NOTES, CATALOG, INSTRUCT_NOTE
+from infbench.specs.names import ALIAS, CONFIG_FILE, EXACT, SHORT_NAME, STAND_IN, Resolved
 from infbench.specs.params import ParamCount, count_params
 
 # Families whose config class ties the output head to the embedding unless told otherwise.
@@ -277,11 +278,21 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
-_INDEX: dict[str, str] = {}
+def _tail(key: str) -> str:
+    return key.split("/", 1)[-1]
+
+
+# normalised name -> (repo, how, note); the full id and each listed alias are also indexed
+# without an organisation ("deepseek-ai/DeepSeek-R1" -> "deepseek-r1").
+_INDEX: dict[str, tuple[str, str, str | None]] = {}
 for _repo, (_cfg, _aliases) in CATALOG.items():
-    for _alias in (_repo, _repo.split("/", 1)[1], *_aliases):
-        _INDEX[_norm(_alias)] = _repo
-        _INDEX[_norm(_alias).split("/", 1)[-1]] = _repo
+    _INDEX[_norm(_repo)] = (_repo, EXACT, None)
+    _INDEX.setdefault(_tail(_norm(_repo)), (_repo, SHORT_NAME, None))
+    for _alias in _aliases:
+        _note = ALIAS_NOTES.get(_alias)
+        _entry = (_repo, STAND_IN if _note else ALIAS, _note)
+        _INDEX[_norm(_alias)] = _entry
+        _INDEX.setdefault(_tail(_norm(_alias)), _entry)
 
 MODEL_NAMES: tuple[str, ...] = tuple(CATALOG)
 
@@ -295,23 +306,54 @@ def _looks_like_path(name: str) -> bool:
     return name.endswith(".json") or os.path.exists(name)
 
 
-def get_model(name: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
-    """A model by Hugging Face id or alias (case-insensitive), or a path to a config.json."""
-    if isinstance(name, ModelSpec):
-        return name
+def catalog_aliases(repo: str) -> tuple[tuple[str, str | None], ...]:
+    """The names listed for a catalog entry, each with its note (None: another spelling)."""
+    return tuple((a, ALIAS_NOTES.get(a)) for a in CATALOG[repo][1])
+
+
+def _lookup(name: str) -> tuple[str, str, str | None] | None:
+    key = _norm(name)
+    hit = _INDEX.get(key)
+    if hit is not None:
+        return hit
+    hit = _INDEX.get(_tail(key))
+    if hit is not None:
+        repo, how, note = hit
+        if "/" in key and how in (EXACT, SHORT_NAME):
+            # "someone/Llama-3.1-8B": the same name under another organisation
+            org = name.strip().split("/", 1)[0]
+            return repo, STAND_IN, f"matched by name; the catalog's entry is not from {org!r}"
+        return hit
+    if key.endswith("-instruct"):
+        hit = _INDEX.get(_tail(key.removesuffix("-instruct")))
+        if hit is not None:
+            return hit[0], STAND_IN, hit[2] or INSTRUCT_NOTE
+    return None
+
+
+def resolve_model(name: str | os.PathLike[str]) -> tuple[ModelSpec, Resolved]:
+    """A model by Hugging Face id or alias (case-insensitive), or a path to a config.json,
+    with what the name resolved to and why."""
     if isinstance(name, os.PathLike):
-        return load_config_file(name)
+        spec = load_config_file(name)
+        return spec, Resolved("model", os.fspath(name), spec.name, CONFIG_FILE)
     if not isinstance(name, str) or not name.strip():
         raise SpecError(f"model must be a non-empty name or path, got {name!r}")
-    key = _norm(name)
-    repo = _INDEX.get(key) or _INDEX.get(key.split("/", 1)[-1])
-    if repo is None and key.endswith("-instruct"):
-        repo = _INDEX.get(key.removesuffix("-instruct").split("/", 1)[-1])
-    if repo is not None:
-        return _catalog_model(repo)
+    hit = _lookup(name)
+    if hit is not None:
+        repo, how, note = hit
+        return _catalog_model(repo), Resolved("model", name, repo, how, note)
     if _looks_like_path(name):
-        return load_config_file(name)
+        spec = load_config_file(name)
+        return spec, Resolved("model", name, spec.name, CONFIG_FILE)
     raise SpecError(
         f"unknown model {name!r} (not in the catalog and not a config.json path); "
         f"known: {', '.join(MODEL_NAMES)}"
     )
+
+
+def get_model(name: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
+    """A model by Hugging Face id or alias (case-insensitive), or a path to a config.json."""
+    if isinstance(name, ModelSpec):
+        return name
+    return resolve_model(name)[0]

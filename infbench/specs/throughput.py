@@ -176,7 +176,10 @@ def roofline_report(
     gpu_memory_utilization: float = 0.9,
     bandwidth_fraction: float = DEFAULT_BANDWIDTH_FRACTION,
     flops_fraction: float = DEFAULT_FLOPS_FRACTION,
+    block_size: int = 16,
 ) -> RooflineReport:
+    """`chunk_tokens` is vLLM's max_num_batched_tokens: the prefill chunk, and the profile
+    run that sizes the KV pool (with `gpu_memory_utilization` and `block_size`)."""
     for name, value in (
         ("batch", batch),
         ("context", context),
@@ -202,8 +205,10 @@ def roofline_report(
         tp=tp,
         gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=context,
+        block_size=block_size,
         weight_format=weight_format,
         kv_format=kv_format,
+        max_num_batched_tokens=chunk_tokens,
         max_num_seqs=max_num_seqs,
         suggest_fixes=False,
     )
