@@ -1,32 +1,63 @@
-"""The `infbench` command: wires the verb groups together and holds no logic."""
+"""The `infbench` command: wires the verb groups together and holds no logic.
+
+Every verb is loaded when it runs (`lazy_commands.py`), so `infbench --help` and
+`infbench version` do not pay for importing DuckDB, Arrow and the load generator.
+"""
 
 from __future__ import annotations
+
+import sys
 
 import typer
 
 from infbench import __version__
-from infbench.commands import diagnose, engine, plan
-from infbench.commands import gate as gate_cmd
-from infbench.commands import results as results_cmd
-from infbench.commands import run as run_cmd
-from infbench.commands import sweep as sweep_cmd
 from infbench.exit_codes import SUMMARY as EXIT_CODES
 from infbench.exit_codes import error_boundary
+from infbench.lazy_commands import Lazy, lazy_group
+
+_C = "infbench.commands"
+COMMANDS = [
+    Lazy("engine", f"{_C}.engine", "app", "The bundled reference engine."),
+    Lazy("run", f"{_C}.run", "run",
+         "Load-test a target and record every request and chunk in the store."),
+    Lazy("runs", f"{_C}.results", "runs", "List the runs in a store, newest first."),
+    Lazy("show", f"{_C}.results", "show", "Show one run: its summary and configuration."),
+    Lazy("export", f"{_C}.results", "export",
+         "Export a run's tables (Parquet or CSV), its diagnoses and findings included."),
+    Lazy("report", f"{_C}.results", "report",
+         "Write one self-contained HTML page with the run's plots (no network needed to view it)."),
+    Lazy("plan", f"{_C}.plan", "app",
+         "Calculators for serving: KV size, memory budget, roofline, claims, all-reduce, cost. "
+         "Options take vLLM's names (--tensor-parallel-size/-tp, --dtype, --kv-cache-dtype, "
+         "--max-model-len, --gpu-memory-utilization, ...)."),
+    Lazy("diagnose", f"{_C}.diagnose", "app",
+         "Diagnose a recorded run with a playbook (runbooks: playbooks/*.md)."),
+    Lazy("import", f"{_C}.diagnose", "import_cmd",
+         "Import an exported run into a store (to diagnose a run someone attached to an incident)."),
+    Lazy("gate", f"{_C}.gate", "app",
+         "Statistical performance gates: pass, fail or inconclusive, with intervals."),
+    Lazy("compare", f"{_C}.gate", "compare",
+         "Side-by-side table of two runs' summaries, with the relative change."),
+    Lazy("sweep", f"{_C}.sweep", "sweep",
+         "Sweep load (concurrency or request rate) and find the knee and the goodput maximum."),
+]
 
 app = typer.Typer(
+    cls=lazy_group(COMMANDS),
     help=f"Benchmark and diagnose LLM inference endpoints.\n\n{EXIT_CODES}",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # typer validates its --install-completion options with pydantic (150 ms on every start),
+    # and its rich help formatter costs as much again: the top level is listed plainly.
+    add_completion=False,
+    rich_markup_mode=None,
 )
-app.add_typer(engine.app, name="engine")
-app.command("run")(run_cmd.run)
-results_cmd.register(app)
-app.add_typer(plan.app, name="plan")
-app.add_typer(diagnose.app, name="diagnose")
-app.command("import")(diagnose.import_cmd)
-app.add_typer(gate_cmd.app, name="gate")
-app.command("compare")(gate_cmd.compare)
-app.command("sweep")(sweep_cmd.sweep)
+
+
+@app.callback()
+def _root() -> None:
+    # A callback makes `infbench` a group even with one eagerly registered command.
+    pass
 
 
 @app.command("version")
@@ -36,6 +67,11 @@ def version() -> None:
 
 
 def main() -> None:
+    # typer builds a pydantic validator for any option it parses (even --help's), 150 ms that
+    # `infbench version` in a CI log has no use for.
+    if sys.argv[1:] == ["version"]:
+        sys.stdout.write(f"{__version__}\n")
+        return
     with error_boundary():
         app()
 

@@ -91,8 +91,10 @@ def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
            format: str = typer.Option("parquet", "--format", help=" | ".join(EXPORT_FORMATS)),
            out: Path | None = typer.Option(None, help="Output directory (default ./infbench-export-RUN)."),
            ) -> None:
-    """Export a run's tables (runs, requests, chunks, metric_samples, engine_steps, client_samples,
-    and its stored diagnoses and findings)."""
+    """Export a run's tables (Parquet or CSV), its diagnoses and findings included.
+
+    The tables: runs, requests, chunks, metric_samples, engine_steps, client_samples, diagnoses
+    and findings; `infbench import DIR` loads them into another store."""
     if format not in EXPORT_FORMATS:
         raise _fail(f"format: {format!r} is not one of {', '.join(EXPORT_FORMATS)}")
     try:
