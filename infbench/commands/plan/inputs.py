@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -78,17 +77,24 @@ def one_line_errors() -> Iterator[None]:
         raise typer.Exit(USAGE) from None
 
 
+# click's UsageError as typer raises it: newer typers carry their own copy of click, whose
+# classes are not the `click` package's, so take it from the class typer exports.
+_USAGE_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+
+
 class PlanGroup(TyperGroup):
     """Option-parsing errors (a non-number, an unknown flag) as one line, not a usage box."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except click.exceptions.NoArgsIsHelpError:
-            raise
-        except click.UsageError as exc:
-            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
-            message = " ".join(exc.format_message().split())
+        except _USAGE_ERROR as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `plan kv` alone: the help, as asked
+                raise
+            where = (getattr(exc, "ctx", None) or ctx).command_path
+            message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
             print_error(f"{where}: {message} (see {where} --help)")
             raise typer.Exit(USAGE) from None
 
@@ -116,6 +122,16 @@ class Target:
         return self.weights, self.kv
 
 
+def _format_notes(weights: FormatSpec, checkpoint: str | None) -> tuple[str, str]:
+    dtype_note = f"the checkpoint's torch_dtype is {checkpoint}" if checkpoint else (
+        "the checkpoint names no torch_dtype")
+    if checkpoint and checkpoint not in ("bfloat16", "float16"):
+        dtype_note += ", served in 16 bits"
+    kv_note = ("follows dtype" if weights.name in ("bf16", "fp16")
+               else "the 16-bit activation type; quantized weights leave it as it is")
+    return dtype_note, kv_note
+
+
 def _format_resolution(kind: str, requested: str, used: FormatSpec, why: str) -> Resolved:
     asked = requested.strip().lower()
     if asked == "auto":
@@ -141,10 +157,7 @@ def resolve(
     if dtype is not None and kv_cache_dtype is not None:
         checkpoint = m.dtype if m is not None else None
         weights, kv = serving_formats(dtype, kv_cache_dtype, checkpoint)
-        resolved.append(_format_resolution(
-            "dtype", dtype, weights, f"the checkpoint's torch_dtype is {checkpoint or 'not given'}"
-        ))
-        resolved.append(_format_resolution(
-            "kv_cache_dtype", kv_cache_dtype, kv, "the 16-bit activation type"
-        ))
+        dtype_note, kv_note = _format_notes(weights, checkpoint)
+        resolved.append(_format_resolution("dtype", dtype, weights, dtype_note))
+        resolved.append(_format_resolution("kv_cache_dtype", kv_cache_dtype, kv, kv_note))
     return Target(tuple(resolved), m, g, weights, kv)

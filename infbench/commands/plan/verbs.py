@@ -38,7 +38,7 @@ app = typer.Typer(
     help="Calculators for serving: KV size, memory budget, roofline, claims, all-reduce, cost. "
     "Options take vLLM's names (--tensor-parallel-size/-tp, --dtype, --kv-cache-dtype, "
     "--max-model-len, --gpu-memory-utilization, ...).\n\n"
-    "Example: infbench plan memory -m llama-3.1-8b -g h100 --max-model-len 32768",
+    "Example:\n\ninfbench plan memory -m llama-3.1-8b -g h100 --max-model-len 32768",
     no_args_is_help=True,
 )
 
@@ -55,7 +55,9 @@ def kv(
 ) -> None:
     """KV bytes per token, per sequence and per GPU; blocks and the waste bound.
 
-    Example: infbench plan kv -m llama-3.1-70b -tp 4 --kv-cache-dtype fp8
+    Example:
+
+    infbench plan kv -m llama-3.1-70b -tp 4 --kv-cache-dtype fp8
     """
     with one_line_errors():
         t = resolve(model, None, dtype, kv_cache_dtype)
@@ -92,7 +94,9 @@ def memory(
 
     Exit code 1 when max_model_len does not fit (the engine would refuse to start).
 
-    Example: infbench plan memory -m llama-3.1-70b -g h100 -tp 4 --max-model-len 65536
+    Example:
+
+    infbench plan memory -m llama-3.1-70b -g h100 -tp 4 --max-model-len 65536
     """
     with one_line_errors():
         t = resolve(model, gpu, dtype, kv_cache_dtype)
@@ -141,7 +145,9 @@ def roofline(
 ) -> None:
     """Decode/prefill step times, TTFT, the step-time line, throughput knee, ceilings.
 
-    Example: infbench plan roofline -m llama-3.1-8b -g h100 -b 32 --max-num-seqs 128
+    Example:
+
+    infbench plan roofline -m llama-3.1-8b -g h100 -b 32 --max-num-seqs 128
     """
     with one_line_errors():
         t = resolve(model, gpu, dtype, kv_cache_dtype)
@@ -185,7 +191,9 @@ def claim(
 ) -> None:
     """Check a tokens/s-per-user claim against the bandwidth floor.
 
-    Example: infbench plan claim 100 -m llama-3.1-70b -g h100 -tp 2
+    Example:
+
+    infbench plan claim 100 -m llama-3.1-70b -g h100 -tp 2
     """
     with one_line_errors():
         t = resolve(model, gpu, dtype, kv_cache_dtype)
@@ -219,7 +227,9 @@ def allreduce(
 ) -> None:
     """Ring and tree all-reduce times and TP all-reduce bytes per token.
 
-    Example: infbench plan allreduce -g h100 -tp 8 -m llama-3.1-70b
+    Example:
+
+    infbench plan allreduce -g h100 -tp 8 -m llama-3.1-70b
     """
     with one_line_errors():
         require(size >= 0, f"size must be >= 0 bytes, got {size:g}")
@@ -255,7 +265,9 @@ def cost(
 ) -> None:
     """Price per million input and output tokens.
 
-    Example: infbench plan cost -m llama-3.1-8b -g h100 --price 3.5 -b 64
+    Example:
+
+    infbench plan cost -m llama-3.1-8b -g h100 --price 3.5 -b 64
     """
     with one_line_errors():
         t = resolve(model, gpu, dtype, kv_cache_dtype)
@@ -284,7 +296,9 @@ def cost(
 def gpus(as_json: bool = JSON) -> None:
     """The GPU catalog with each figure's source, and the names each GPU answers to.
 
-    Example: infbench plan gpus --json
+    Example:
+
+    infbench plan gpus --json
     """
     if as_json:
         render.emit_json_list([
@@ -299,10 +313,11 @@ def gpus(as_json: bool = JSON) -> None:
 
 @app.command("models")
 def models(as_json: bool = JSON) -> None:
-    """The model catalog with parameter counts derived from the shapes, and the names
-    (other checkpoints included) each entry answers for.
+    """The model catalog (parameters derived from the shapes) and the names it answers to.
 
-    Example: infbench plan models
+    Example:
+
+    infbench plan models
     """
     entries = [(get_model(name), catalog_aliases(name)) for name in MODEL_NAMES]
     if as_json:
