@@ -1,10 +1,12 @@
 """An engine that stopped emitting tokens to every in-flight request (a hang).
 
 The run's last content chunk is when the engine stopped, as the clients saw it. Requests
-that were in flight after it, waited at least `QUIET_MIN_S` (and 10 x the run's p99 gap)
-without a single token and then timed out, were cut off or were cancelled are *stranded*.
-A run that simply ended has none (its in-flight requests finished); a run where one request
-errored has at most one, and the others kept streaming past it. So the finding needs two
+that were streaming then (a token within `STREAMING_MIN_S` or 3 x the run's p99 gap of the
+stop), queued without a token, or sent later, and that then waited at least `QUIET_MIN_S`
+(and 10 x the p99 gap) without a single token before they timed out, were cut off or were
+cancelled, are *stranded*. A run that simply ended has none (its in-flight requests
+finished); a run where one request errored has at most one, and if the others kept
+streaming past its last token, none. So the finding needs two
 stranded requests, or one with the engine's own counters confirming it: requests running or
 waiting after the stop while `vllm:generation_tokens_total` stayed flat.
 
@@ -23,27 +25,37 @@ from playbooks.findings import Evidence, Finding
 from playbooks.sql import fetch_one
 
 QUIET_MIN_S = 1.0
+# A request was still streaming when the engine stopped if its last token came at most this
+# long (or 3 x the run's p99 gap) before the stop: in lockstep decoding that is one step.
+STREAMING_MIN_S = 0.05
 # The classes a request ends with when it waited for tokens that never came: the client's
 # timeout, the stream closed without [DONE], or the run stopped while it waited. HTTP errors
 # and refused connections answered quickly: they say nothing about a stopped step loop.
 STRANDED_CLASSES = ("timeout", "truncated_sse", "connection_reset", "cancelled")
 
 STRANDED_SQL = """
-WITH stop AS (
+WITH gaps AS (
+  SELECT coalesce(quantile_cont(itl_ms, 0.99), 0) AS p99 FROM itl
+  WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced
+), stop AS (
   SELECT coalesce((SELECT max(t_ns) FROM chunks WHERE run_id = $run_id AND content),
                   (SELECT min(send_ns) FROM requests WHERE run_id = $run_id)) AS stop_ns,
          (SELECT max(t_ns) FROM chunks WHERE run_id = $run_id AND content) IS NOT NULL AS any_token,
          -- how long a silence is not yet a hang: 10 x the run's p99 gap, at least the floor
-         greatest($quiet_min_ns, coalesce(10 * (SELECT quantile_cont(itl_ms, 0.99) FROM itl
-                  WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced), 0) * 1e6)
-             AS quiet_ns
+         greatest($quiet_min_ns, 10 * (SELECT p99 FROM gaps) * 1e6) AS quiet_ns,
+         -- streaming when the engine stopped: a token within 3 x the p99 gap of the stop
+         greatest($streaming_min_ns, 3 * (SELECT p99 FROM gaps) * 1e6) AS streaming_ns
 ), r AS (
   SELECT q.*, s.stop_ns, s.quiet_ns, s.any_token,
-         q.end_ns - greatest(q.send_ns, s.stop_ns) AS waited_ns
+         q.end_ns - greatest(q.send_ns, s.stop_ns) AS waited_ns,
+         q.send_ns > s.stop_ns OR q.first_content_ns IS NULL
+           OR q.last_content_ns >= s.stop_ns - s.streaming_ns AS waiting_at_stop
   FROM requests q, stop s WHERE q.run_id = $run_id
 ), stranded AS (
+  -- a request that had already gone quiet while others streamed is a private stall, not this
   SELECT * FROM r
-  WHERE end_ns > stop_ns AND waited_ns >= quiet_ns AND error_class IN $classes
+  WHERE end_ns > stop_ns AND waiting_at_stop AND waited_ns >= quiet_ns
+    AND error_class IN $classes
 )
 SELECT (SELECT stop_ns FROM stop) AS stop_ns, (SELECT any_token FROM stop) AS any_token,
        (SELECT quiet_ns FROM stop) AS quiet_ns,
@@ -112,7 +124,8 @@ class Stop:
 def measure(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int) -> Stop:
     classes = "(" + ", ".join(f"'{c}'" for c in STRANDED_CLASSES) + ")"
     sql, row = fetch_one(con, STRANDED_SQL.replace("$classes", classes), run_id=run_id,
-                         quiet_min_ns=int(QUIET_MIN_S * 1e9))
+                         quiet_min_ns=int(QUIET_MIN_S * 1e9),
+                         streaming_min_ns=int(STREAMING_MIN_S * 1e9))
     cols = ["stop_ns", "any_token", "quiet_ns", "stranded", "in_flight_at_stop",
             "sent_after_stop", "never_got_a_token", "timed_out", "cut_off", "cancelled",
             "last_stranded_end_ns", "longest_wait_ns", "examples", "completed", "requests"]

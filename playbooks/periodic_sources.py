@@ -52,13 +52,18 @@ class Periodicity:
                 "output tokens": self.tokens}.get(self.grid_clock or "")
 
 
+# Jitter (in periods) that costs a clock a factor e in score: a source's own clock keeps
+# its period to well under 1%, a clock that only follows it drifts by a few %.
+JITTER_SCALE = 0.02
+
+
 def _score(fit: PeriodFit | None) -> float:
     if fit is None:
         return 0.0
-    # Share on the period (0 unless significant); a tighter clock (lower jitter, in
-    # periods) wins between equally strong fits.
-    jitter = fit.jitter if np.isfinite(fit.jitter) else 0.25
-    return fit.strength * (1.0 - min(jitter, 0.25))
+    # Share on the period (0 unless significant), discounted by the jitter, so that between
+    # equally strong fits the tighter clock wins clearly (0.05% vs 0.8% is 0.98 vs 0.67).
+    jitter = fit.jitter if np.isfinite(fit.jitter) else 1.0
+    return fit.strength * float(np.exp(-jitter / JITTER_SCALE))
 
 
 def common_grid(clocks: dict[str, tuple[np.ndarray, float]]) -> tuple[str | None, dict[str, PeriodFit | None]]:

@@ -124,14 +124,10 @@ def _density(e: np.ndarray, share: float, period: float, s: float) -> tuple[np.n
     return on, on + (1.0 - share)
 
 
-def _em(t: np.ndarray, c: float, floor: float) -> PeriodFit:
-    p = _refine(t, c)
-    # Phase: the densest 3/20 of the phase circle.
-    hist = np.bincount(np.minimum((np.mod(t - t[0], p) / p * 20).astype(int), 19),
-                       minlength=20).astype(float)
-    phase = t[0] + (int(np.argmax(hist + np.roll(hist, 1) + np.roll(hist, -1))) + 0.5) / 20 * p
-    share, s = 0.5, max(0.05 * p, floor)
-    k = np.round((t - phase) / p)
+def _em(t: np.ndarray, c: float, p: float, phase: float, share: float, s: float,
+        floor: float) -> PeriodFit:
+    """EM on (share, spread, phase, period) from a start; `c` bounds how far the period may
+    move (0.5c..2c)."""
     for _ in range(_EM_ITERATIONS):
         k = np.round((t - phase) / p)
         on, dens = _density(t - phase - k * p, share, p, s)
@@ -165,6 +161,21 @@ def _em(t: np.ndarray, c: float, floor: float) -> PeriodFit:
                      grid=np.where(hit, k - (ks[0] if len(ks) else 0), -1).astype(np.int64))
 
 
+def _fit_candidate(t: np.ndarray, c: float, floor: float) -> PeriodFit:
+    p = _refine(t, c)
+    # Phase: the densest 3/20 of the phase circle.
+    hist = np.bincount(np.minimum((np.mod(t - t[0], p) / p * 20).astype(int), 19),
+                       minlength=20).astype(float)
+    phase = t[0] + (int(np.argmax(hist + np.roll(hist, 1) + np.roll(hist, -1))) + 0.5) / 20 * p
+    wide = _em(t, c, p, phase, 0.5, max(0.05 * p, floor), floor)
+    # A wide start can settle on a spread that takes in neighbours (unrelated events, or
+    # integer clocks off by one step) and a period pulled by them; restart narrow from
+    # there and keep the likelier fit.
+    narrow = _em(t, c, wide.period, wide.phase, wide.share,
+                 max(wide.jitter * wide.period / 4 if np.isfinite(wide.jitter) else 0.0, floor), floor)
+    return narrow if narrow.llr > wide.llr else wide
+
+
 def fit_period(times: np.ndarray, quantum: float = 0.0) -> PeriodFit | None:
     """Fit a period to event times (any unit; `quantum` = 1 for integer clocks such as
     steps). None when there are too few events or no candidate period."""
@@ -177,7 +188,7 @@ def fit_period(times: np.ndarray, quantum: float = 0.0) -> PeriodFit | None:
     floor = _resolution(t, quantum)
     best: PeriodFit | None = None
     for c in _candidates(t, floor):
-        f = _em(t, c, floor)
+        f = _fit_candidate(t, c, floor)
         if best is None or f.llr > best.llr:
             best = f
     if best is None:

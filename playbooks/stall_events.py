@@ -1,7 +1,8 @@
 """Stall events from the client token timeline, and the cross-request test for each.
 
 A stall gap is a gap between two content chunks of one request far above the run's typical
-ITL (threshold from the median and the MAD, so it scales with the run, not with one case).
+ITL (threshold from the median and the MAD, so it scales with the run, not with one case),
+judged as the itl view measures it: the gap before a read spread over the events it delivered.
 Gaps that end together (all streams resumed by the same engine step) form one event. For
 each event the cross-request test asks: of the requests streaming across the event, did any
 receive a token during it? None -> the whole engine paused (engine-wide); some -> the pause
@@ -41,11 +42,15 @@ WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced
 # for every stream at the same step, while private gaps end whenever their request resumes.
 EVENTS_SQL = """
 WITH c AS (
-  SELECT request_idx, t_ns, lag(t_ns) OVER (PARTITION BY request_idx ORDER BY seq) AS prev_ns
+  SELECT request_idx, t_ns, coalesced,
+         lag(t_ns) OVER (PARTITION BY request_idx ORDER BY seq) AS prev_ns,
+         count(*) OVER (PARTITION BY request_idx, read_idx) AS in_read
   FROM chunks WHERE run_id = $run_id AND content
 ), gaps AS (
+  -- A read that delivered n events after a gap g stands for n server gaps of g / n (the itl
+  -- view's spread): a busy client that read many events at once is not a stalled server.
   SELECT request_idx, prev_ns AS start_ns, t_ns AS end_ns, (t_ns - prev_ns) / 1e6 AS gap_ms
-  FROM c WHERE prev_ns IS NOT NULL AND t_ns - prev_ns > $thr_ns
+  FROM c WHERE prev_ns IS NOT NULL AND NOT coalesced AND (t_ns - prev_ns) / in_read > $thr_ns
 ), breaks AS (
   SELECT *, CASE WHEN end_ns - lag(end_ns) OVER (ORDER BY end_ns, request_idx) > $tol_ns
                  THEN 1 ELSE 0 END AS new_event

@@ -10,7 +10,7 @@ import numpy as np
 
 from playbooks.context import RunContext
 from playbooks.findings import Evidence, Finding
-from playbooks.periodic_sources import Periodicity
+from playbooks.periodic_sources import JITTER_SCALE, Periodicity
 from playbooks.periodicity import SIGNIFICANT_LLR
 from playbooks.prefill import ELEVATION_FINDING, PrefillResult, measured_budget, roofline_budget
 from playbooks.server_view import SLOWDOWN_FINDING, DecodeVsRoofline, TtftSplit
@@ -21,6 +21,10 @@ from playbooks.stall_tail import Tail
 # A significant period that at least half the pauses keep: the periodic source is the main
 # cause (below that, unrelated pauses dominate and "no regular period" is the honest summary).
 PERIODIC_STRENGTH = 0.5
+# A clock scoring at least this share of the best one ties with it (jitter within 0.1% of a
+# period): when steps, tokens and seconds advance in lockstep (constant batch, no idle
+# time), one run cannot say which clock the source keeps.
+RANK_TIE = 0.95
 HOL_ADDED_MS = 50.0       # TTFT added per short request worth a finding...
 PREEMPTIONS_SQL = """
 SELECT coalesce(sum(preemptions), 0) AS step_log_preemptions,
@@ -87,7 +91,8 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicit
     if ranked:
         evidence.append(Evidence("periodic_sources_ranked", {
             f"{i + 1}. {s.clock}": _r(s.score, 3) for i, s in enumerate(ranked)}, per.shapes_sql,
-            "score = strength x (1 - jitter in periods) in that clock, all on one grid"))
+            f"score = strength x exp(-jitter in periods / {JITTER_SCALE:g}) in that clock, all on "
+            "one grid"))
     if periodic:
         assert fit is not None and per.seconds is not None
         steps = f" = every {per.steps.period:.0f} steps" if per.steps is not None else ""
@@ -95,14 +100,20 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicit
                    f"({fit.hits} on the period, {fit.missed} periods without a pause, {fit.extra} "
                    f"off it); every running request stalls at once, "
                    f"{np.median(ev.gap_ms[idx]):.0f} ms each vs a typical ITL of {base.median_ms:.1f} ms.")
-        if len(ranked) >= 2:
+        tied = [x for x in ranked if x.score >= RANK_TIE * ranked[0].score]
+        if len(tied) >= 2:
+            summary += (f" The {', '.join(x.clock for x in tied)} clocks fit equally well "
+                        f"(score {tied[0].score:.2f}): this run cannot tell these sources apart; "
+                        "a run at another load (another step rate) separates them.")
+        elif len(ranked) >= 2:
             a, b = ranked[0], ranked[1]
             summary += (f" Most likely {a.name.split(' (')[0]}: it keeps time in {a.clock} "
                         f"(score {a.score:.2f}) better than in {b.clock} ({b.score:.2f}).")
     else:
         summary = (f"{len(idx)} engine-wide pauses: every running request stalled at the same "
                    f"wall time, {np.median(ev.gap_ms[idx]):.0f} ms each; no regular period.")
-    actions = ([f"check first: {ranked[0].check}"] if ranked else []) + [
+    actions = [f"check first: {x.check}" for x in ranked[:1] + [
+        x for x in ranked[1:] if x.score >= RANK_TIE * ranked[0].score]] + [
         "take py-spy dump --native of the engine process during a pause (the step loop's stack)",
         "compare with the step log: the long steps carry no prefill, so the time is host-side",
     ]

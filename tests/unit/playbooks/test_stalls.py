@@ -63,3 +63,60 @@ def test_period_fit_tolerates_missed_events_and_rejects_random_times() -> None:
     assert fit is not None and fit.period == pytest.approx(0.5, rel=0.01) and fit.missed == 4
     rnd = fit_period(np.sort(np.random.default_rng(1).uniform(0, 30, 30)))
     assert rnd is not None and rnd.strength < 0.6
+
+
+def test_client_that_reads_late_is_not_a_stall(tmp_path: Path) -> None:
+    # Every 40 steps the client stops reading for 150 ms, then reads what arrived (~25
+    # tokens per request) at once: every stream shows a 150 ms gap at the same time, as an
+    # engine pause would. Spread over the events of that read it is 6 ms per token.
+    con = open_store(tmp_path / "s.duckdb")
+    try:
+        write_timeline(con, requests=24, concurrency=8, tokens=150, client_hold_every=40,
+                       client_hold_ms=150, steps=False)
+        raw = con.execute("""
+            SELECT count(*) FROM (SELECT t_ns - lag(t_ns) OVER (PARTITION BY request_idx
+                                  ORDER BY seq) AS gap FROM chunks WHERE content)
+            WHERE gap > 100e6""").fetchone()[0]
+        diag = diagnose_stalls(con, "last")
+    finally:
+        con.close()
+    assert raw >= 24 * 2  # the raw per-event gaps would cross the stall threshold
+    assert diag.context["stall_events"]["engine_wide"] == 0
+    assert diag.findings == []
+    assert diag.context["itl_baseline"]["coalesced_chunks"] > 0
+
+
+def test_stalls_at_random_steps_are_engine_wide_but_not_periodic(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    at = np.cumsum(rng.exponential(45, 30)).astype(int) + 5
+    diag = _diag(tmp_path, requests=48, concurrency=8, tokens=240, stall_at=at.tolist(),
+                 stall_ms=180)
+    assert diag.verdicts()[0] == "engine_wide_stall"
+    f = diag.sorted_findings()[0]
+    ev = {e.name: e.values for e in f.evidence}
+    assert ev["engine_wide_stalls"]["events"] >= 25
+    assert ev["period_steps"]["significant"] is False and ev["period_steps"]["strength"] == 0.0
+    assert "no regular period" in f.summary
+
+
+@pytest.mark.parametrize(("every_s", "ms"), [(0.85, 140.0), (1.3, 70.0)])
+def test_timer_stall_reported_in_seconds_and_steps_on_one_grid(tmp_path: Path, every_s: float,
+                                                               ms: float) -> None:
+    diag = _diag(tmp_path, requests=40, concurrency=8, tokens=250, stall_every_s=every_s,
+                 stall_ms=ms)
+    f = diag.sorted_findings()[0]
+    assert f.verdict == "periodic_engine_stall"
+    ev = {e.name: e.values for e in f.evidence}
+    sec, steps = ev["period_seconds"], ev["period_steps"]
+    # The timer fires at the first 6 ms step boundary at or after it is due, so the period
+    # is every_s plus under one step.
+    assert every_s <= float(sec["period"]) <= every_s + 0.007
+    # Same events, same number of periods: the steps period is the seconds period in steps
+    # (one stalled step of 6 + ms and the rest at 6 ms).
+    assert float(steps["period"]) == pytest.approx((float(sec["period"]) * 1e3 - ms) / 6.0 + 1,
+                                                   abs=1.0)
+    assert (sec["events_on_period"], sec["missed_periods"]) == (steps["events_on_period"],
+                                                                steps["missed_periods"])
+    # Steps, seconds and tokens advance in lockstep here: the playbook must say it cannot
+    # tell the clocks apart rather than pick one.
+    assert "cannot tell these sources apart" in f.summary

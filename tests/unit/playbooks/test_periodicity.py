@@ -1,0 +1,128 @@
+"""Period fitting (playbooks/periodicity.py): the fundamental, not a divisor or a multiple.
+
+Property tests generate event trains the way stall sources make them: a period in seconds
+(0.2-60 s) or in engine steps (10-5,000, integer), jitter, a share of the periods with no
+event (nobody was streaming), and unrelated events mixed in. Examples are derandomized, so
+a run of the suite sees the same trains every time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from playbooks.periodicity import fit_on_grid, fit_period
+
+
+def train(seed: int, period: float, steps: bool, kept: int, jitter: float, missing: float,
+          extra: float) -> np.ndarray:
+    """`kept` events on the grid out of kept / (1 - missing) periods, Gaussian jitter of
+    `jitter` periods, and unrelated uniform events making up `extra` of the result; in
+    shuffled order (the fit must not rely on the order it is given)."""
+    rng = np.random.default_rng(seed)
+    total = int(round(kept / (1 - missing)))
+    k = np.sort(rng.choice(total, kept, replace=False))
+    offset = float(rng.integers(0, 1000 * period)) if steps else float(rng.uniform(0, 1000 * period))
+    t = offset + k * period + rng.normal(0.0, jitter * period, kept)
+    n_extra = int(round(extra * kept / (1 - extra)))
+    t = np.concatenate([t, rng.uniform(t.min(), t.max(), n_extra)])
+    if steps:
+        t = np.round(t)  # a step id is an integer
+    return rng.permutation(t)
+
+
+periods = st.one_of(
+    st.tuples(st.floats(np.log(0.2), np.log(60.0)).map(np.exp), st.just(False)),
+    st.tuples(st.integers(10, 5000).map(float), st.just(True)),
+)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(period_clock=periods, kept=st.integers(24, 150), jitter=st.floats(0.0, 0.02),
+       missing=st.floats(0.0, 0.4), extra=st.floats(0.0, 0.25), seed=st.integers(0, 2**32 - 1))
+def test_fundamental_recovered_within_5_percent(period_clock: tuple[float, bool], kept: int,
+                                                jitter: float, missing: float, extra: float,
+                                                seed: int) -> None:
+    period, steps = period_clock
+    fit = fit_period(train(seed, period, steps, kept, jitter, missing, extra), 1.0 if steps else 0.0)
+    assert fit is not None and fit.significant, fit
+    assert abs(fit.period / period - 1) <= 0.05, (fit.period, period)
+    # Most of the events that were put on the grid are found on it.
+    assert fit.hits >= 0.8 * kept
+
+
+@pytest.mark.parametrize(("period", "steps", "missing"), [
+    (5040.0, True, 0.3),    # divisible by 2..10, 12, 14, 15, 16, 18, 20, 21, ...
+    (720.0, True, 0.5),
+    (60.0, False, 0.2),     # 60 s: 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 all divide it
+    (360.0, True, 0.0),
+])
+def test_period_with_many_divisors_is_not_cut_down(period: float, steps: bool, missing: float) -> None:
+    t = train(7, period, steps, 30, 0.0, missing, 0.0)  # no jitter: every divisor aligns too
+    fit = fit_period(t, 1.0 if steps else 0.0)
+    assert fit is not None and fit.significant
+    assert fit.period == pytest.approx(period, rel=0.005)
+    # Each divisor P/k explains the same events but predicts k - 1 events per period that
+    # never happen; the fit keeps P and counts only the periods that really had none.
+    assert fit.hits == 30
+    assert fit.missed == round((t.max() - t.min()) / period) + 1 - 30
+
+
+@pytest.mark.parametrize(("missing", "seed"), [(0.55, 1), (0.65, 2), (0.75, 3)])
+def test_high_missing_share_does_not_make_half_the_period_win(missing: float, seed: int) -> None:
+    # Most observed intervals are 2P, 3P or more: the median interval is a multiple of the
+    # period, and P/2 aligns every interval that P aligns.
+    t = train(seed, 3.0, False, 28, 0.01, missing, 0.0)
+    assert np.median(np.diff(np.sort(t))) >= 1.9 * 3.0
+    fit = fit_period(t)
+    assert fit is not None and fit.significant
+    assert fit.period == pytest.approx(3.0, rel=0.02)
+    assert fit.hits == 28
+    assert fit.missed == round((t.max() - t.min()) / 3.0) + 1 - 28
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(n=st.integers(4, 300), mean=st.floats(0.05, 100.0), integer=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+def test_random_times_are_not_periodic(n: int, mean: float, integer: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(mean * (40 if integer else 1), n))
+    if integer:
+        t = np.round(t)
+    fit = fit_period(t, 1.0 if integer else 0.0)
+    assert fit is None or (not fit.significant and fit.strength == 0.0), fit
+
+
+def test_divisor_and_multiple_score_lower_than_the_fundamental() -> None:
+    # The model's arithmetic, checked directly: the same 40 events, fitted at P, P/2, P/3
+    # and 2P (each refitted from that start) - the likelihood ratio peaks at P.
+    t = train(11, 2.5, False, 40, 0.005, 0.3, 0.0)
+    fit = fit_period(t)
+    assert fit is not None and fit.period == pytest.approx(2.5, rel=0.01)
+    for wrong in (2.5 / 2, 2.5 / 3, 5.0):
+        grid = np.round((t - fit.phase) / wrong).astype(np.int64)
+        other = fit_on_grid(t, grid - grid.min())
+        assert other is not None and other.llr < fit.llr - 5, (wrong, other.llr, fit.llr)
+
+
+def test_steps_and_seconds_periods_count_the_same_periods() -> None:
+    # A timer every 2.5 s while steps take 6.6 ms: 30% of the periods show no stall. The
+    # steps period fitted on the seconds grid is the seconds period in steps.
+    rng = np.random.default_rng(4)
+    k = np.sort(rng.choice(40, 28, replace=False))
+    seconds = 2.5 * k + rng.normal(0, 0.002, len(k))
+    steps = np.round(seconds / 0.0066)
+    fit = fit_period(seconds)
+    assert fit is not None and fit.significant and fit.period == pytest.approx(2.5, rel=0.005)
+    in_steps = fit_on_grid(steps, fit.grid, quantum=1.0)
+    assert in_steps is not None
+    assert in_steps.period == pytest.approx(2.5 / 0.0066, rel=0.005)
+    assert (in_steps.hits, in_steps.missed) == (fit.hits, fit.missed) == (28, k[-1] - k[0] + 1 - 28)
+
+
+def test_too_few_events_or_no_spread_give_no_fit() -> None:
+    assert fit_period(np.array([1.0, 2.0, 3.0])) is None
+    assert fit_period(np.array([5.0, 5.0, 5.0, 5.0])) is None
+    assert fit_period(np.array([0.0, 1.0, np.nan, 2.0])) is None  # 3 finite events
