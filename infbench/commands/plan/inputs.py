@@ -55,6 +55,10 @@ MAX_NUM_BATCHED_TOKENS = typer.Option(
     DEFAULT_MAX_NUM_BATCHED_TOKENS, "--max-num-batched-tokens", "--chunk",
     help="Tokens per step, as in vLLM: the prefill chunk and the profile run's size.",
 )
+PP = typer.Option(
+    1, "--pipeline-parallel-size", "-pp",
+    help="Pipeline stages, as in vLLM: only 1, pipeline parallelism is not modelled.",
+)
 JSON = typer.Option(False, "--json", help="Print the result as JSON.")
 
 
@@ -65,6 +69,12 @@ class PlanUsageError(Exception):
 def require(ok: bool, message: str) -> None:
     if not ok:
         raise PlanUsageError(message)
+
+
+def single_stage(pp: int) -> None:
+    """Accept vLLM's --pipeline-parallel-size where it changes nothing (1), refuse it else."""
+    require(pp == 1, f"--pipeline-parallel-size {pp}: pipeline parallelism is not modelled "
+            "(only 1); -tp plans tensor parallelism")
 
 
 @contextmanager

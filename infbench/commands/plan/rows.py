@@ -285,7 +285,7 @@ def models(entries: list[tuple[ModelSpec, tuple[tuple[str, str | None], ...]]]) 
         ))
         stand_ins += [(alias, m.name, note) for alias, note in aliases if note is not None]
     return [
-        Section("Model catalog (parameters derived from config.json shapes)", rows,
+        Section("Model catalog (parameters derived from config.json shapes; any case, and the id without its organisation, resolve too)", rows,
                 columns=("model", "total", "active", "layers", "hidden", "heads/kv",
                          "attention", "experts", "also named"), right=()),
         Section("Names of other checkpoints the catalog answers for", stand_ins,

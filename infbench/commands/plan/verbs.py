@@ -16,11 +16,13 @@ from infbench.commands.plan.inputs import (
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
     MODEL,
+    PP,
     TP,
     PlanGroup,
     one_line_errors,
     require,
     resolve,
+    single_stage,
 )
 from infbench.specs import GPUS, MODEL_NAMES
 from infbench.specs.allreduce import DEFAULT_ALPHA_S, allreduce_report
@@ -47,6 +49,7 @@ app = typer.Typer(
 def kv(
     model: str = MODEL,
     tp: int = TP,
+    pp: int = PP,
     dtype: str = DTYPE,
     kv_cache_dtype: str = KV_DTYPE,
     context: int = typer.Option(8192, "--context", "-c", help="Tokens in one sequence."),
@@ -60,6 +63,7 @@ def kv(
     infbench plan kv -m llama-3.1-70b -tp 4 --kv-cache-dtype fp8
     """
     with one_line_errors():
+        single_stage(pp)
         t = resolve(model, None, dtype, kv_cache_dtype)
         m, (_, kv_format) = t.need_model(), t.need_formats()
         r = kv_report(m, tp, kv_format, context, block_size)
@@ -74,6 +78,7 @@ def memory(
     model: str = MODEL,
     gpu: str = GPU,
     tp: int = TP,
+    pp: int = PP,
     dtype: str = DTYPE,
     kv_cache_dtype: str = KV_DTYPE,
     max_model_len: int = typer.Option(
@@ -99,6 +104,7 @@ def memory(
     infbench plan memory -m llama-3.1-70b -g h100 -tp 4 --max-model-len 65536
     """
     with one_line_errors():
+        single_stage(pp)
         t = resolve(model, gpu, dtype, kv_cache_dtype)
         weights, kv_format = t.need_formats()
         p = plan_memory(
@@ -130,6 +136,7 @@ def roofline(
     model: str = MODEL,
     gpu: str = GPU,
     tp: int = TP,
+    pp: int = PP,
     dtype: str = DTYPE,
     kv_cache_dtype: str = KV_DTYPE,
     batch: int = typer.Option(1, "--batch", "-b", help="Decoding sequences per step."),
@@ -150,6 +157,7 @@ def roofline(
     infbench plan roofline -m llama-3.1-8b -g h100 -b 32 --max-num-seqs 128
     """
     with one_line_errors():
+        single_stage(pp)
         t = resolve(model, gpu, dtype, kv_cache_dtype)
         weights, kv_format = t.need_formats()
         r = roofline_report(
@@ -183,6 +191,7 @@ def claim(
     model: str = MODEL,
     gpu: str = GPU,
     tp: int = TP,
+    pp: int = PP,
     dtype: str = DTYPE,
     kv_cache_dtype: str = KV_DTYPE,
     context: int = typer.Option(1024, "--context", "-c", help="Context of the decoding user."),
@@ -196,6 +205,7 @@ def claim(
     infbench plan claim 100 -m llama-3.1-70b -g h100 -tp 2
     """
     with one_line_errors():
+        single_stage(pp)
         t = resolve(model, gpu, dtype, kv_cache_dtype)
         weights, kv_format = t.need_formats()
         r = check_claim(t.need_model(), t.need_gpu(), tokens_per_s_per_user, tp, weights,
@@ -249,6 +259,7 @@ def cost(
     gpu: str = GPU,
     price: float = typer.Option(..., "--price", help="USD per GPU-hour."),
     tp: int = TP,
+    pp: int = PP,
     dtype: str = DTYPE,
     kv_cache_dtype: str = KV_DTYPE,
     batch: int = typer.Option(64, "--batch", "-b", help="Sequences decoding together."),
@@ -270,6 +281,7 @@ def cost(
     infbench plan cost -m llama-3.1-8b -g h100 --price 3.5 -b 64
     """
     with one_line_errors():
+        single_stage(pp)
         t = resolve(model, gpu, dtype, kv_cache_dtype)
         weights, kv_format = t.need_formats()
         r = cost_report(

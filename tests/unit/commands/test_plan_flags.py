@@ -69,6 +69,15 @@ def test_vllm_option_names_give_the_same_numbers(old: tuple[str, ...],
     assert _json(*old) == _json(*vllm)
 
 
+@pytest.mark.parametrize("verb", ["kv", "memory", "roofline", "claim", "cost"])
+def test_pipeline_parallel_size_is_taken_as_1_and_refused_above(verb: str) -> None:
+    args = next(a for a in DEFAULTS if a[0] == verb)
+    assert _json(*args, "-pp", "1") == _json(*args, "--pipeline-parallel-size", "1") == _json(*args)
+    code, out, err = _run(*args, "-pp", "2")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--pipeline-parallel-size 2: pipeline parallelism is not modelled" in err
+
+
 # the new default ("auto") against the old one, spelled out: the numbers must not move
 DEFAULTS = [
     ("kv", "-m", "gemma-2-9b"),
