@@ -5,6 +5,7 @@ Option names are `vllm serve`'s where the meaning is the same (--tensor-parallel
 --dtype, --kv-cache-dtype, --max-model-len, --gpu-memory-utilization, --block-size,
 --max-num-seqs, --max-num-batched-tokens, --enforce-eager), as the reference engine's are;
 the older short spellings (--tp, --weights, --kv-dtype, --chunk) still work.
+--pipeline-parallel-size/-pp is taken as 1 and refused above it: no calculator models it.
 """
 
 from __future__ import annotations

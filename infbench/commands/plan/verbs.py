@@ -120,7 +120,7 @@ def memory(
             max_num_seqs=max_num_seqs,
             enforce_eager=enforce_eager,
         )
-        ctx = context or p.max_model_len
+        ctx = p.max_model_len if context is None else context
         concurrency = p.max_concurrency(ctx)
     if as_json:
         render.emit_json(p, t, concurrency_context=ctx, max_concurrency=concurrency)

@@ -191,6 +191,8 @@ BAD = [
      "unknown format 'float32'"),
     (("memory", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "0"),
      "max_model_len must be a positive integer"),
+    (("memory", "-m", "llama-3.1-8b", "-g", "h100", "--context", "0"),
+     "context must be a positive integer, got 0"),
     (("roofline", "-m", "llama-3.1-8b", "-g", "h100", "--max-num-batched-tokens", "0"),
      "chunk_tokens must be a positive integer"),
     (("roofline", "-m", "llama-3.1-8b", "-g", "h100", "--flops-fraction", "2"),
