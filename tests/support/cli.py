@@ -17,6 +17,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def infbench(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "infbench", *args], cwd=ROOT, env=cli_env(**env),
+def infbench(*args: str, timeout: float = 120, cwd: Path = ROOT,
+             **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "infbench", *args], cwd=cwd, env=cli_env(**env),
                           capture_output=True, text=True, timeout=timeout)
