@@ -1,5 +1,7 @@
-"""The sweep's page: throughput-latency curve, throughput against load, and the step-time
-line beside the roofline's (inline SVG, no network)."""
+"""The sweep's page: latency against throughput with the knee and the goodput maximum marked
+(or why there is no knee), throughput and goodput against load, throughput against the decode
+batch, and the step-time line beside the roofline's. Interactive charts, no network
+(`infbench.report.charts`)."""
 
 from __future__ import annotations
 
@@ -8,63 +10,147 @@ from typing import Any
 
 import numpy as np
 
-from infbench.report import svg
+from infbench.report.charts import COLORS, Axis, Chart, Mark, Series, human, page_head, render
+
+THROUGHPUT = Axis("output throughput", "tokens/s")
+KNEE_COLOR, BEST_COLOR = COLORS[1], COLORS[2]
 
 
-def sweep_html(sweep_id: str, result: dict[str, Any]) -> str:
-    pts = result["points"]
-    thr = np.array([p["output_throughput"] for p in pts])
-    plots = []
-    for key, name in (("p50_tpot_ms", "p50 TPOT"), ("p50_e2el_ms", "p50 E2E"), ("p99_e2el_ms", "p99 E2E")):
-        ys = np.array([p[key] if p[key] is not None else np.nan for p in pts], float)
-        order = np.argsort(thr)
-        plots.append(svg.lines([(name, thr[order], ys[order])], f"{name} against throughput",
-                               "output tokens/s", "ms"))
-    batch = np.array([p["mean_batch"] or np.nan for p in pts], float)
-    order = np.argsort(batch)
-    plots.append(svg.lines([("output tokens/s", batch[order], thr[order])],
-                           "Throughput against mean decode batch", "decode sequences per step", "tokens/s"))
-    line, roof = result.get("step_line"), result.get("roofline")
-    if line:
-        xs = np.linspace(1, max(line["batches"]), 50)
-        series = [("measured line", xs, line["intercept_ms"] + line["slope_ms"] * xs)]
-        if roof:
-            series.append(("roofline + engine overhead", xs, roof["roofline_intercept_ms"]
-                           + (roof["engine_step_overhead_ms"] or 0.0) + roof["roofline_slope_ms"] * xs))
-        plots.append(svg.lines(series, f"Step time against batch (from {line['source']})", "batch", "ms"))
-    knee, best = result.get("knee"), result.get("goodput_max")
-    facts = []
+def _load(p: dict[str, Any]) -> str:
+    return f"c={p['value']:g}" if p["kind"] == "concurrency" else f"{human(p['value'])} req/s"
+
+
+def _arr(pts: list[dict[str, Any]], key: str) -> np.ndarray:
+    return np.array([np.nan if p[key] is None else p[key] for p in pts], float)
+
+
+def _knee_note(result: dict[str, Any], why: bool = True) -> str:
+    """Why a chart shows no knee; "" when it has one."""
     sat = result.get("saturation") or {}
+    if result.get("knee"):
+        return ""
+    head = "No knee: not saturated." if sat and not sat.get("reached") else "No knee named."
+    reason = str(sat.get("reason") or "").removeprefix("not saturated: ")
+    return f"{head} {reason[:1].upper()}{reason[1:]}" if why and reason else head
+
+
+def _marks(result: dict[str, Any], key: str, kind: str | None = None) -> list[Mark]:
+    """The knee and the goodput maximum at their `key` value (a point field)."""
+    out = []
+    for name, field, color in (("knee", "knee", KNEE_COLOR), ("goodput max", "goodput_max", BEST_COLOR)):
+        p = result.get(field)
+        if p and (kind is None or p["kind"] == kind) and p.get(key) is not None:
+            out.append(Mark(float(p[key]), f"{name} ({_load(p)})", color))
+    return out
+
+
+def latency_charts(result: dict[str, Any]) -> list[Chart]:
+    pts = sorted(result["points"], key=lambda p: p["output_throughput"])
+    thr = _arr(pts, "output_throughput")
+    note, marks = _knee_note(result), _marks(result, "output_throughput")
+    e2e = Chart("End-to-end latency against throughput", THROUGHPUT, [Axis("end-to-end latency", "ms")],
+                [Series("p50 E2E", thr, _arr(pts, "p50_e2el_ms"), markers=True),
+                 Series("p99 E2E", thr, _arr(pts, "p99_e2el_ms"), markers=True)], note=note, marks=marks)
+    short = _knee_note(result, why=False)
+    tok = Chart("Per-token latency against throughput", THROUGHPUT, [Axis("time per output token", "ms")],
+                [Series("p50 TPOT", thr, _arr(pts, "p50_tpot_ms"), markers=True),
+                 Series("p50 ITL", thr, _arr(pts, "p50_itl_ms"), markers=True)], note=short, marks=marks)
+    ttft = Chart("Time to first token against throughput", THROUGHPUT, [Axis("TTFT", "ms")],
+                 [Series("p50 TTFT", thr, _arr(pts, "p50_ttft_ms"), markers=True),
+                  Series("p99 TTFT", thr, _arr(pts, "p99_ttft_ms"), markers=True)], note=short, marks=marks)
+    return [e2e, tok, ttft]
+
+
+def load_charts(result: dict[str, Any]) -> list[Chart]:
+    """Throughput and goodput against the load that produced them, one chart per load kind."""
+    out = []
+    for kind, axis in (("concurrency", Axis("concurrency", "requests in flight", log=True)),
+                       ("rate", Axis("offered rate", "requests/s"))):
+        pts = sorted((p for p in result["points"] if p["kind"] == kind), key=lambda p: p["value"])
+        if not pts:
+            continue
+        x = _arr(pts, "value")
+        series = [Series("output throughput", x, _arr(pts, "output_throughput"), markers=True),
+                  Series("requests completed", x, _arr(pts, "request_throughput"), axis=1, markers=True)]
+        if any(p["goodput"] is not None for p in pts):
+            series.append(Series("goodput (met the SLO)", x, _arr(pts, "goodput"), axis=1, markers=True))
+        loop = "closed loop" if kind == "concurrency" else "open loop"
+        out.append(Chart(f"Throughput and goodput against {axis.label} ({loop})", axis,
+                         [THROUGHPUT, Axis("request rate", "requests/s")], series,
+                         note=_knee_note(result, why=False) if kind == "concurrency" else "",
+                         marks=_marks(result, "value", kind)))
+    return out
+
+
+def batch_chart(result: dict[str, Any]) -> Chart:
+    pts = sorted((p for p in result["points"] if p["mean_batch"] is not None), key=lambda p: p["mean_batch"])
+    return Chart("Throughput against mean decode batch", Axis("mean decode batch", "sequences"), [THROUGHPUT],
+                 [Series("output throughput", _arr(pts, "mean_batch"), _arr(pts, "output_throughput"),
+                         markers=True)], empty="no point has a decode batch")
+
+
+def step_chart(result: dict[str, Any]) -> list[Chart]:
+    line, roof = result.get("step_line"), result.get("roofline")
+    if not line:
+        return []
+    xs = np.linspace(1, max(line["batches"]), 50)
+    series = [Series(f"measured ({line['source']})", xs, line["intercept_ms"] + line["slope_ms"] * xs)]
+    if roof:
+        series.append(Series("roofline + engine overhead", xs, roof["roofline_intercept_ms"]
+                             + (roof["engine_step_overhead_ms"] or 0.0) + roof["roofline_slope_ms"] * xs))
+    return [Chart("Decode step time against batch", Axis("decode batch", "sequences"),
+                  [Axis("step time", "ms", zero=False)], series,
+                  note=f"Least-squares line from {line['source']}; the roofline's for the same model and GPU.")]
+
+
+def _facts(result: dict[str, Any]) -> list[str]:
+    knee, best, sat = result.get("knee"), result.get("goodput_max"), result.get("saturation") or {}
+    line, roof = result.get("step_line"), result.get("roofline")
+    facts = []
     if sat:
         facts.append(html.escape(("saturated: " if sat["reached"] else "") + sat["reason"]))
     if knee:
         facts.append(f"knee of the curve: point {knee['idx']} ({knee['kind']} {knee['value']:.3g}), "
                      f"{knee['output_throughput']:,.0f} tok/s, mean batch {knee['mean_batch'] or 0:.1f}")
     elif sat and not sat["reached"]:
-        facts.append("no knee: the points never saturated")
+        facts.append("no knee: not saturated (the points never saturated)")
     if best:
         facts.append(f"goodput maximum: point {best['idx']} ({best['kind']} {best['value']:.3g}), "
                      f"{best['goodput']:.2f} good req/s")
-    if line:
+    if line and line["slope_ms"] > 0:
         facts.append(f"step line: {line['intercept_ms']:.3f} ms + {line['slope_ms']:.4f} ms x B "
-                     f"(knee B = {line['intercept_ms'] / line['slope_ms']:.1f})" if line["slope_ms"] > 0 else "")
+                     f"(knee B = {line['intercept_ms'] / line['slope_ms']:.1f})")
     if roof:
         facts.append(f"roofline ({html.escape(roof['model'])} on {html.escape(roof['gpu'])}, context "
                      f"{roof['context']}): {roof['roofline_intercept_ms']:.3f} ms + "
                      f"{roof['roofline_slope_ms']:.4f} ms x B, knee B = {roof['roofline_knee_batch']:.1f}")
+    return facts
+
+
+def _table(result: dict[str, Any]) -> str:
+    knee = (result.get("knee") or {}).get("idx")
+    best = (result.get("goodput_max") or {}).get("idx")
+
     def row(p: dict[str, Any]) -> str:
         good = "" if p["goodput"] is None else f"{p['goodput']:.2f}"
-        return (f"<tr><td>{p['idx']}</td><td>{p['kind']} {p['value']:.3g}</td>"
+        tag = " knee" if p["idx"] == knee else ""
+        tag += " goodput max" if p["idx"] == best else ""
+        return (f"<tr><td>{p['idx']}{tag}</td><td>{p['kind']} {p['value']:.3g}</td>"
                 f"<td>{p['request_throughput']:.2f}</td><td>{p['output_throughput']:,.0f}</td>"
                 f"<td>{p['p50_tpot_ms'] or 0:.2f}</td><td>{p['p50_e2el_ms'] or 0:.1f}</td>"
                 f"<td>{p['mean_batch'] or 0:.1f}</td><td>{good}</td></tr>")
 
-    rows = "".join(row(p) for p in pts)
-    table = ("<table><tr><th>#</th><th>load</th><th>req/s</th><th>tok/s</th><th>p50 TPOT ms</th>"
-             f"<th>p50 E2E ms</th><th>mean batch</th><th>goodput</th></tr>{rows}</table>")
+    return ("<table><tr><th>#</th><th>load</th><th>req/s</th><th>tok/s</th><th>p50 TPOT ms</th>"
+            f"<th>p50 E2E ms</th><th>mean batch</th><th>goodput req/s</th></tr>"
+            f"{''.join(row(p) for p in result['points'])}</table>")
+
+
+def sweep_html(sweep_id: str, result: dict[str, Any]) -> str:
+    charts = [*latency_charts(result), *load_charts(result), batch_chart(result), *step_chart(result)]
+    facts = "".join(f"<li>{f}</li>" for f in _facts(result))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>infbench sweep {html.escape(sweep_id)}</title>"
-            "<style>body{font-family:sans-serif;max-width:1500px;margin:20px auto}table{border-collapse:collapse;"
-            "font-size:12px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
-            ".grid{display:flex;flex-wrap:wrap;gap:12px}</style></head><body>"
-            f"<h1>infbench sweep {html.escape(sweep_id)}</h1><ul>{''.join(f'<li>{f}</li>' for f in facts if f)}</ul>"
-            f"{table}<div class='grid'>{''.join(f'<div>{p}</div>' for p in plots)}</div></body></html>")
+            "<style>body{font-family:sans-serif;margin:20px 24px;color:#222}h1{font-size:20px}"
+            "table{border-collapse:collapse;font-size:12px;margin-bottom:16px}"
+            "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}</style>"
+            f"{page_head()}</head><body><h1>infbench sweep {html.escape(sweep_id)}</h1><ul>{facts}</ul>"
+            f"{_table(result)}{render(charts)}</body></html>")
