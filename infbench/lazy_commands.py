@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 from typer import _click as click
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperCommand, TyperGroup
 
 
@@ -65,10 +66,29 @@ class LazyCommand(TyperCommand):
         return self.real.shell_complete(ctx, incomplete)
 
 
+def usage_error_in_one_line(exc: UsageError, ctx: Any) -> typer.Exit:
+    """A usage error (unknown option, bad value, missing argument) as one line on stderr."""
+    from infbench.console import print_error
+
+    where = (exc.ctx or ctx).command_path
+    message = " ".join(exc.format_message().split())
+    print_error(f"{where}: {message} (see {where} --help)")
+    return typer.Exit(2)
+
+
 def lazy_group(commands: list[Lazy]) -> type[TyperGroup]:
     by_name = {c.name: c for c in commands}
 
     class LazyGroup(TyperGroup):
+        def invoke(self, ctx: Any) -> Any:
+            # Subcommands parse their options inside this call, so their usage errors land here.
+            try:
+                return super().invoke(ctx)
+            except NoArgsIsHelpError:
+                raise  # `infbench gate` alone: the help, as asked
+            except UsageError as exc:
+                raise usage_error_in_one_line(exc, ctx) from None
+
         def list_commands(self, ctx: Any) -> list[str]:
             return [*super().list_commands(ctx), *by_name]
 

@@ -84,6 +84,12 @@ CASES = [
      "normal:[bold]:1"),
     (["run", "--url", "http://127.0.0.1:9", "--db", "{dir}"], "a_dir"),
     (["plan", "memory", "-m", "no-such-model", "-g", "h100"], "no-such-model"),
+    (["run", "--no-such-option"], "--no-such-option"),
+    (["run", "--rate", "fast"], "--rate"),
+    (["sweep", "--duration", "-"], "--duration"),
+    (["show"], "run_id"),
+    (["no-such-command"], "no-such-command"),
+    (["gate", "noise", "--rules"], "--rules"),
 ]
 
 
