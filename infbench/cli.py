@@ -32,7 +32,7 @@ COMMANDS = [
          "--max-model-len, --gpu-memory-utilization, ...)."),
     Lazy("diagnose", f"{_C}.diagnose", "app",
          "Diagnose a recorded run with a playbook (runbooks: playbooks/*.md)."),
-    Lazy("import", f"{_C}.diagnose", "import_cmd",
+    Lazy("import", f"{_C}.results", "import_cmd",
          "Import an exported run into a store (to diagnose a run someone attached to an incident)."),
     Lazy("gate", f"{_C}.gate", "app",
          "Statistical performance gates: pass, fail or inconclusive, with intervals."),

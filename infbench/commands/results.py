@@ -11,10 +11,10 @@ from rich.table import Table
 
 from infbench.console import make_console, print_error
 from infbench.report.config_view import config_rows
-from infbench.report.export import EXPORT_FORMATS, export_run
 from infbench.report.html import write_html_report
 from infbench.report.terminal import print_summary
 from infbench.store import StoreError, get_run, list_runs, open_store
+from infbench.store.transfer import EXPORT_FORMATS, export_run, import_run
 
 DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
 
@@ -125,6 +125,30 @@ def report(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
     except StoreError as exc:
         raise _fail(str(exc)) from None
     typer.echo(str(html))
+
+
+def import_cmd(
+    directory: Path = typer.Argument(..., help="Directory written by `infbench export`."),
+    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file to import into (created if absent)."),
+) -> None:
+    """Import an exported run into a store (to diagnose a run someone attached to an incident)."""
+    try:
+        con = open_store(db)
+        try:
+            ids = import_run(con, directory)
+            counts = {rid: con.execute(
+                "SELECT (SELECT count(*) FROM requests WHERE run_id = $r), "
+                "(SELECT count(*) FROM chunks WHERE run_id = $r), "
+                "(SELECT count(*) FROM findings WHERE run_id = $r)", {"r": rid}).fetchone()
+                for rid in ids}
+        finally:
+            con.close()
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    for rid in ids:
+        n_req, n_chunks, n_find = counts[rid] or (0, 0, 0)
+        typer.echo(f"imported run {rid} ({n_req} requests, {n_chunks} chunks, {n_find} findings) "
+                   f"from {directory} into {db}")
 
 
 def register(app: typer.Typer) -> None:

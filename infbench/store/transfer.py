@@ -1,7 +1,8 @@
-"""`infbench import`: load a run exported by `infbench export` into a store.
+"""Moving runs in and out of a store: `infbench export` and `infbench import`.
 
-The export is a directory with one file per table (`runs.parquet`, `chunks.parquet`, ... or
-`.csv`). Import inserts those rows by column name, so a file written by an older schema
+An export is a directory with one file per table (`runs.parquet`, `chunks.parquet`, ... or
+`.csv`), streamed by DuckDB's COPY, stored findings included, so a diagnosed run arrives
+diagnosed. Import inserts those rows by column name, so a file written by an older schema
 (fewer columns, or no `findings` file) still loads, and refuses a run id that the store
 already holds.
 """
@@ -17,6 +18,7 @@ from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 
 # Everything keyed by run_id that travels with a run (stored findings included).
 TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES)
+EXPORT_FORMATS = ("parquet", "csv")
 
 
 def _lit(text: str) -> str:
@@ -79,3 +81,19 @@ def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[st
         con.execute("ROLLBACK")
         raise StoreError(f"{directory}: import failed: {str(exc).splitlines()[0]}") from exc
     return run_ids
+
+
+def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: str) -> list[Path]:
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format: {fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    opts = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT csv, HEADER true)"
+    files = []
+    for table in TABLES:
+        path = out_dir / f"{table}.{fmt}"
+        order = "" if table == "runs" else " ORDER BY 1, 2"
+        # COPY streams to the file without materialising the table in Python.
+        con.execute(f"COPY (SELECT * FROM {table} WHERE run_id = {_lit(run_id)}{order}) "
+                    f"TO {_lit(str(path))} {opts}")
+        files.append(path)
+    return files

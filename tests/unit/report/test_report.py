@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
-import json
-
 import duckdb
 
-from infbench.report.export import export_run
 from infbench.report.html import build_html
 from infbench.store import BatchWriter, create_run, finish_run, get_run, open_store
+from infbench.store.transfer import export_run
 
 
 def _two_runs(tmp_path: Path) -> duckdb.DuckDBPyConnection:

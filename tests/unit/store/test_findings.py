@@ -10,7 +10,6 @@ import duckdb
 import numpy as np
 import pytest
 
-from infbench.report.export import export_run
 from infbench.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -20,7 +19,7 @@ from infbench.store import (
     schema_version,
 )
 from infbench.store.findings import load_diagnoses, save_diagnosis
-from infbench.store.transfer import import_run
+from infbench.store.transfer import export_run, import_run
 
 SQL = "SELECT median(itl_ms) AS median_ms FROM itl WHERE run_id = 'r1'"
 
