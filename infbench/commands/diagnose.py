@@ -19,9 +19,16 @@ from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
 
 app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*.md).",
-                  no_args_is_help=True)
+                  no_args_is_help=True, add_completion=False)
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+@app.callback()
+def _playbooks() -> None:
+    # Typer turns an app with a single command into that command; this keeps `diagnose` a
+    # group, so `infbench diagnose stalls RUN` stays the spelling as playbooks are added.
+    pass
 
 
 def _fail(message: str) -> typer.Exit:
@@ -130,22 +137,3 @@ def stalls(
     if saved is not None:
         console.print(f"[dim]saved {saved} finding(s) to {db}; `infbench report {diag.run_id} "
                       f"--db {db} --html FILE` shows them[/]", highlight=False)
-
-
-def import_cmd(
-    directory: Path = typer.Argument(..., help="Directory written by `infbench export`."),
-    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file to import into (created if absent)."),
-) -> None:
-    """Import an exported run into a store (to diagnose a run someone attached to an incident)."""
-    from infbench.store.transfer import import_run
-
-    try:
-        con = open_store(db)
-        try:
-            ids = import_run(con, directory)
-        finally:
-            con.close()
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    for rid in ids:
-        typer.echo(rid)
