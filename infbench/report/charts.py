@@ -218,7 +218,8 @@ def render(charts: Sequence[Chart], prefix: str = "chart") -> str:
                        f"</figcaption>{note}{body}</figure>")
         if "data" in spec:
             specs.append(spec)
-    data = json.dumps(specs, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    # No "<" at all inside the script element, so no text can end it or open a comment there.
+    data = json.dumps(specs, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     return (f"{HELP}<div class='charts'>{''.join(figures)}</div>"
             f"<script type='application/json' id='{prefix}-data'>{data}</script>"
             f"<script>infbenchCharts.renderAll(document.getElementById('{prefix}-data'))</script>")

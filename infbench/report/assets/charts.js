@@ -85,8 +85,11 @@
 
   function xScale(spec) {
     const x = spec.x, data = spec.data[0];
-    if (x.log) return { distr: 3, log: 2, range: (u, min, max) => uPlot.rangeLog(min, max, 2, true) };
     const lo = data[0], hi = data[data.length - 1];
+    if (x.log) {
+      return { distr: 3, log: 2, range: (u, min, max) =>
+        (min === lo && max === hi ? uPlot.rangeLog(min, max, 2, true) : [min, max]) };
+    }
     return {
       time: false,
       range: (u, min, max) => {
@@ -152,7 +155,7 @@
         if (r < 0) { r = rows.length; rows.push(0); }
         rows[r] = left + w;
         ctx.fillStyle = m.color;
-        ctx.fillText(m.label, left, b.top - (marks.length - 1 - r) * ROW * px - 5 * px);
+        ctx.fillText(m.label, left, b.top - r * ROW * px - 5 * px); // row 0 nearest the plot
       });
       ctx.restore();
     };
