@@ -25,12 +25,12 @@ def _durations(n_steps: int, step_ms: float, stall_every: int, stall_every_s: fl
         dur[np.arange(n_steps) % stall_every == 0] += stall_ms
     if stall_every_s:
         # A timer, as the reference engine's `every_s` fault: the first step that starts at
-        # or after the due time stalls, and the next one is due every_s after that start.
-        start, due = 0.0, stall_every_s * 1e3
+        # or after each due time stalls; due times are every_s apart from the start.
+        start, due, every = 0.0, stall_every_s * 1e3, stall_every_s * 1e3
         for i in range(n_steps):
             if start >= due:
                 dur[i] += stall_ms
-                due = start + stall_every_s * 1e3
+                due += (int((start - due) // every) + 1) * every
             start += dur[i]
     return dur
 

@@ -4,7 +4,7 @@ A spec is `kind:field=value,field=value` (the `--fault` flag, repeatable):
 
 | kind | fields | signature |
 | --- | --- | --- |
-| `periodic-stall` | `every_steps=N` or `every_s=S`, `duration_ms=D` | every N steps (or S seconds) one step lasts D ms longer, shared by every running request at the same wall time; those steps carry `fault="periodic-stall"` in the step log |
+| `periodic-stall` | `every_steps=N` or `every_s=S`, `duration_ms=D` | every N steps (or S seconds, on a fixed schedule from the first step: the first step at or after each due time) one step lasts D ms longer, shared by every running request at the same wall time; those steps carry `fault="periodic-stall"` in the step log |
 | `slow-device` | `factor=F` (> 1) | HBM bandwidth derated F times: every memory-bound step is slower by the roofline (sim), or every step stretched F times (other executors) |
 | `memory-growth` | `bytes_per_request=B` | B bytes retained (really allocated and touched) per finished request; `memory_report()["retained"]` grows linearly with finished requests |
 | `hang` | `at_step=N` | the step loop stops before step N and never returns; HTTP, /health and /metrics keep answering, the step log stops at N-1 |
@@ -143,7 +143,12 @@ class Faults:
             if self._next_stall_at is None:
                 self._next_stall_at = now + self._stall_every_s
             if now >= self._next_stall_at:
-                self._next_stall_at = now + self._stall_every_s
+                # A fixed schedule, like a timer thread: the next stall is due a period after
+                # this one was due, not after it happened, so a stall that comes late (the
+                # loop was busy) does not shift every later one; due times that passed while
+                # the engine was idle are skipped, not replayed.
+                late = int((now - self._next_stall_at) // self._stall_every_s)
+                self._next_stall_at += (late + 1) * self._stall_every_s
                 return self._stall_s
         return 0.0
 
