@@ -204,6 +204,51 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     return req
 
 
+@dataclass
+class TokenizeRequest:
+    """One validated POST /tokenize (vLLM's shape): a completion prompt or chat messages."""
+
+    model: str
+    prompt: str | None = None
+    messages: list[dict[str, str]] | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = True
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    return default if body.get(name) is None else _bool(body, name)
+
+
+def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
+    """`{"model", "prompt"}` or `{"model", "messages"}`, as vLLM's /tokenize takes them.
+
+    The count a client gets back must be the `usage.prompt_tokens` the same prompt would
+    get from a completion, so the defaults are those of the completion path: BOS added to a
+    prompt (`add_special_tokens`), and for messages the generation prompt appended and BOS
+    added too: this template writes no BOS text of its own, the chat completion adds the
+    token, so counting it here is what makes the two agree (vLLM's default of not adding
+    special tokens to chat exists because its templates write BOS as text).
+    """
+    model = body.get("model")
+    if model is None:
+        raise invalid("model", "'model' is required")
+    if not isinstance(model, str):
+        raise invalid("model", "'model' must be a string")
+    if ("prompt" in body) == ("messages" in body):
+        raise invalid(None, "give exactly one of 'prompt' or 'messages'")
+    req = TokenizeRequest(model=model,
+                          add_generation_prompt=_flag(body, "add_generation_prompt", True),
+                          add_special_tokens=_flag(body, "add_special_tokens", True))
+    if "prompt" in body:
+        prompt = body["prompt"]
+        if not isinstance(prompt, str):
+            raise invalid("prompt", "'prompt' must be a string")
+        req.prompt = prompt
+        return req
+    req.messages = parse_chat({"model": model, "messages": body["messages"]}).chat_messages
+    return req
+
+
 # ---- response shapes -------------------------------------------------------------------
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

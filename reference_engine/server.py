@@ -1,7 +1,8 @@
 """aiohttp OpenAI-compatible HTTP server in front of the engine.
 
-Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health,
-/metrics, /engine/config, /engine/steps?after=N, /engine/memory.
+Routes: POST /v1/completions, POST /v1/chat/completions, POST /tokenize (vLLM's: the
+prompt's token count as a completion would count it), GET /v1/models, /health, /metrics,
+/engine/config, /engine/steps?after=N, /engine/memory.
 
 The engine runs its step loop in its own thread; this server runs one asyncio loop. Each
 request gets a `Generation` (streaming.py) that receives engine outputs on the loop. The
@@ -215,6 +216,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         protocol.decode_body(await request.read())))
 
 
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's POST /tokenize: `{"count", "max_model_len", "tokens"}` for a prompt or chat
+    messages, counted exactly as the completion endpoints count `usage.prompt_tokens`."""
+    req = protocol.parse_tokenize(protocol.decode_body(await request.read()))
+    config = request.app[CONFIG_KEY]
+    if req.model != config.model_name:
+        raise ApiError(400, f"model '{req.model}' is not served here; use "
+                            f"'{config.model_name}'", param="model", code="model_not_found")
+    tokenizer = request.app[TOKENIZER_KEY]
+    if req.messages is not None:
+        text = tokenizer.apply_chat_template(req.messages, req.add_generation_prompt)
+    else:
+        assert req.prompt is not None
+        text = req.prompt
+    ids = tokenizer.encode(text, add_bos=req.add_special_tokens)
+    return web.json_response({"count": len(ids), "max_model_len": config.max_model_len,
+                              "tokens": ids})
+
+
 # ---- introspection -----------------------------------------------------------------------
 
 async def models(request: web.Request) -> web.Response:
@@ -269,6 +289,7 @@ def create_app(engine: Engine, config: EngineConfig) -> web.Application:
 
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics_route)

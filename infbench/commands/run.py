@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from infbench.console import make_console, print_error
+from infbench.console import make_console, print_error, print_warning
 from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS
@@ -120,6 +120,8 @@ def run(
             except (PreflightError, ValueError) as exc:
                 raise fail(str(exc)) from None
             config = resolved_config(settings, wl, target, slo_ms, bundled=url is None, engine_args=engine_arg)
+            for warning in config["workload_warnings"]:  # before the run, not only after it
+                print_warning(warning, console)
             progress = None if quiet else (lambda st, s: live_progress(st, s, console))
             result = execute_run(settings, wl, db, config, slo_ms, progress)
     except StoreError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from infbench.loadgen.cache_share import prefix_cache_check
 from infbench.loadgen.client import run_timed
 from infbench.loadgen.fingerprint import store_fingerprint
+from infbench.loadgen.input_lengths import input_length_check
 from infbench.loadgen.outcome import Outcome, classify
 from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
 from infbench.loadgen.summary import mark_cooldown, summarize
@@ -112,6 +113,13 @@ def execute_run(
         summary["prefix_cache"], cache_warning = prefix_cache_check(con, run_id)
         if cache_warning is not None:
             summary["warnings"].append(cache_warning)
+        summary["input_length"], length_warning = input_length_check(con, run_id)
+        if length_warning is not None:
+            summary["warnings"].append(length_warning)
+        summary["input_sizing"] = outcome.sizing
+        # Which rows of a trace or dataset were used, and what was skipped or changed in them.
+        summary["workload_rows"] = (config.get("workload") or {}).get("rows")
+        summary["warnings"].extend(config.get("workload_warnings") or [])
         summary["scrapes"] = outcome.scrapes
         summary["scrape_errors"] = outcome.scrape_errors
         finish_run(con, run_id, status=status.status, reason=status.reason, summary=summary,

@@ -14,7 +14,9 @@ What goes in, per request, ordered by its key:
   and trace: every single request and every first turn); None for closed loops and for later
   turns, which are sent when a slot or the previous reply frees up;
 - `target_input_tokens` (None where the workload has no target, e.g. ShareGPT) and
-  `max_tokens`;
+  `max_tokens`; for conversation turns the target less the target's own template tokens
+  (`config.token_model.template`: `first + turn * per_turn`), which the recorded target
+  includes, so one seed gives one fingerprint on targets whose chat templates differ;
 - the label (shared-prefix group, JSON schema, turn, workload name);
 - and once per run: the loop kind and, for a closed loop (no schedule), its concurrency.
 
@@ -84,7 +86,10 @@ def closed_loop_concurrency(config: dict[str, Any]) -> int | None:
 
 def intended_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> list[IntendedRequest]:
     """The run's requests as the fingerprint sees them, from the store, in key order."""
-    closed = closed_loop_concurrency(_config(con, run_id)) is not None
+    config = _config(con, run_id)
+    closed = closed_loop_concurrency(config) is not None
+    template = (config.get("token_model") or {}).get("template") or {}
+    first, per_turn = int(template.get("first") or 0), int(template.get("per_turn") or 0)
     rows = con.execute(
         "SELECT request_idx, conversation_id, turn, intended_send_ns, target_input_tokens, "
         "max_tokens, label FROM requests WHERE run_id = ? ORDER BY request_idx", [run_id]).fetchall()
@@ -92,6 +97,8 @@ def intended_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Inten
     for idx, conv, turn, intended, n_in, n_out, label in rows:
         key = (int(conv), int(turn or 0)) if conv is not None else (int(idx), 0)
         scheduled = not closed and key[1] == 0  # later turns follow the previous reply
+        if n_in is not None and conv is not None:
+            n_in = int(n_in) - first - key[1] * per_turn  # the content the workload planned
         out.append(IntendedRequest(key, int(intended) if scheduled else None,
                                    None if n_in is None else int(n_in), int(n_out), str(label)))
     out.sort(key=lambda r: r.key)

@@ -537,7 +537,7 @@ class Pool:
         Failures land in `ex.error_class`/`error_message`; a timeout raises TimeoutError and
         cancellation propagates, both with everything received so far left in `ex`.
         `pace(fut)`, when given, is handed the future that wakes this task once the body has
-        ended, to resolve when it suits the caller (see `runner.Pacer`).
+        ended, to resolve when it suits the caller (see `pacer.Pacer`).
         """
         loop = asyncio.get_running_loop()
         start = loop.time()

@@ -1,5 +1,6 @@
 """Checks before any load: the URL answers, the key is accepted, the model exists, the
-endpoint streams; and a token calibration for prompt lengths. Each failure is one line."""
+endpoint streams; and a token calibration for prompt lengths (`loadgen.calibrate`). Each
+failure is one line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, redact
+from infbench.loadgen.calibrate import Counter, calibrate, tokenize_count
 from infbench.loadgen.workloads.prompts import TokenModel, random_words
 
 
@@ -31,6 +33,10 @@ class Target:
     # The target's own resolved settings ({name: {"value", "default"}}) where it serves them
     # (the reference engine's /engine/config); playbooks read model, GPU and budgets from it.
     engine_config: dict[str, Any] | None = None
+    # Whether the target answers vLLM's POST /tokenize (then prompts are sized exactly), and
+    # the longest prompt plus output it takes, where it says (/v1/models, /tokenize).
+    tokenize: bool = False
+    max_model_len: int | None = None
 
 
 def _error_message(body: str) -> str:
@@ -117,10 +123,13 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
         what = "the API key was rejected" if api_key else "it needs an API key (--api-key or OPENAI_API_KEY)"
         raise PreflightError(f"{url}: HTTP {status}, {what}: {redact(_error_message(body), api_key)}")
     models: list[str] = []
+    limits: dict[str, int] = {}
     listed = False
     if status == 200:
         try:
-            models = [m["id"] for m in json.loads(body).get("data", []) if isinstance(m, dict) and "id" in m]
+            cards = [m for m in json.loads(body).get("data", []) if isinstance(m, dict) and "id" in m]
+            models = [m["id"] for m in cards]
+            limits = {m["id"]: m["max_model_len"] for m in cards if isinstance(m.get("max_model_len"), int)}
             listed = True
         except (ValueError, AttributeError):
             models = []
@@ -136,7 +145,7 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
         raise PreflightError(f"model {model!r} is not served by {url} (it serves: {', '.join(models)})")
 
     ignore_eos = True
-    short, long = 16, 80
+    short = 16
     st, res = await _probe(session, url, endpoint, model, short, headers, True, 1)
     if st == 400 and "ignore_eos" in str(res):
         ignore_eos = False
@@ -154,15 +163,11 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
     if st != 200:
         raise PreflightError(f"{url}{ENDPOINTS[endpoint]} refused a 1-token test request with "
                              f"HTTP {st}: {redact(_error_message(str(res)), api_key)}")
-    tokens = TokenModel()
-    st2, res2 = await _probe(session, url, endpoint, model, long, headers, ignore_eos, 2)
-    t1 = (res.get("usage") or {}).get("prompt_tokens")
-    t2 = (res2.get("usage") or {}).get("prompt_tokens") if isinstance(res2, dict) else None
-    if isinstance(t1, int) and isinstance(t2, int):
-        try:
-            tokens = TokenModel.from_probes((short, long), (t1, t2))
-        except ValueError:
-            tokens = TokenModel()
+    # /tokenize is vLLM's, outside /v1; a target without it answers 404 and is calibrated
+    # from the usage of probe requests instead.
+    tokenize = isinstance(await tokenize_count(session, url, model, headers, {"prompt": "the"}), int)
+    counter = Counter(session, url, endpoint, model, headers, tokenize=tokenize, ignore_eos=ignore_eos)
+    tokens = await calibrate(counter, limits.get(model))
 
     if metrics_url is None:
         try:
@@ -190,4 +195,4 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
         engine_config = None
     return Target(url=url, model=model, models=models, tokens=tokens, ignore_eos_supported=ignore_eos,
                   metrics_url=metrics_url, steps_url=steps_url, steps_after=steps_after,
-                  engine_config=engine_config)
+                  engine_config=engine_config, tokenize=tokenize, max_model_len=limits.get(model))

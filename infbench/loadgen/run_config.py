@@ -8,6 +8,7 @@ from infbench import __version__
 from infbench.loadgen.preflight import Target
 from infbench.loadgen.runner import RunSettings
 from infbench.loadgen.workloads import Workload
+from infbench.loadgen.workloads.build import workload_warnings
 
 
 def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: dict[str, float], *,
@@ -22,9 +23,14 @@ def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: di
                    "api_key_set": settings.api_key is not None,
                    "metrics_url": settings.metrics_url, "steps_url": settings.steps_url},
         "engine_config": target.engine_config,
-        "workload": wl.describe(),
-        "token_model": {"per_word": target.tokens.per_word, "overhead": target.tokens.overhead,
-                        "source": target.tokens.source},
+        "workload": wl.describe(),  # the load's identity: the gate compares it between runs
+        # What the run sends differently from what was asked (rows skipped, sorted or changed,
+        # lengths below what the target takes), also printed before the run and in the summary.
+        "workload_warnings": workload_warnings(wl),
+        # How prompts were sized: the target's token model (source `tokenize`: exact counts from
+        # its /tokenize), and for conversations the template tokens each turn's target includes.
+        "token_model": {**target.tokens.describe(), "tokenize": target.tokenize,
+                        "max_model_len": target.max_model_len},
         "arrivals": {"kind": a.kind, "rate": a.rate, "burstiness": a.burstiness,
                      "concurrency": a.concurrency, "time_scale": a.time_scale},
         "stop": {"duration_s": settings.duration_s, "num_requests": settings.num_requests},

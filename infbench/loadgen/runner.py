@@ -4,6 +4,15 @@ The runner schedules sessions (closed loop: N slots that send as soon as they ar
 open loop: intended send times from an arrival process or a trace), sends each request on
 the hot path in `client.py`, parses the recorded stream afterwards, and appends rows to
 column buffers that go to the store writer in batches while the run goes on.
+
+Each request is sized just before it is sent (`loadgen.sizing`): conversation turns always,
+other requests where the target counts tokens differently from the model. Stopping: a run
+stops starting sessions at --duration or once --num-requests are committed (a conversation
+commits all its turns when it starts, so the count is never cut mid-conversation); sessions
+already begun run all their turns. The drain after sending stops waits for them, bounded by
+(request timeout + 5 s) per turn a session can have; what is still in flight then is
+cancelled and the run is stored as interrupted. Only an interruption (a signal, a target
+that stopped answering) stops a conversation between turns.
 """
 
 from __future__ import annotations
@@ -22,12 +31,16 @@ import numpy as np
 
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
+from infbench.loadgen.calibrate import Counter
 from infbench.loadgen.client import RawResponse, arrival_times, make_pool, retime, stream_post
 from infbench.loadgen.health import HealthMonitor, HealthSample
+from infbench.loadgen.pacer import Pacer
 from infbench.loadgen.scrape import Scraper
 from infbench.loadgen.seeds import Streams, new_salt
+from infbench.loadgen.sizing import Sizer
 from infbench.loadgen.sse import FastParser, ParsedStream, StreamParser
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
+from infbench.loadgen.workloads.prompts import TokenModel
 from infbench.store.writer import ArrayBuffer, BatchWriter, ColumnBuffer
 
 CHUNK_BATCH_ROWS = 65536
@@ -47,49 +60,6 @@ _RECORD_SLICE_NS = 1_000_000  # parsing per recorder turn: reads wait at most ab
 # Young-generation GC threshold during the load: collections of the many short-lived
 # per-request objects are rarer and, after gc.freeze(), scan only what the run allocated.
 _GC_GEN0_DURING_RUN = 50_000
-
-
-class Pacer:
-    """Wakes at most one waiting request task per event-loop iteration.
-
-    When many closed-loop streams finish together, each task would wake, close its response,
-    build the next body and write its request in the same iteration, and the
-    socket reads arriving meanwhile would be stamped only after all of that. Tasks whose
-    stream ended (`enqueue`) and tasks about to send (`turn`) are woken one per iteration
-    instead, so a `select()` and its arrival stamps come between consecutive ones.
-    Ownership: one per runner, used only from its event loop; futures handed in are resolved
-    by it unless already done (cancelled).
-    """
-
-    def __init__(self) -> None:
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._scheduled = False
-
-    def enqueue(self, fut: asyncio.Future[None], first: bool = False) -> None:
-        if first:
-            self._waiters.appendleft(fut)
-        else:
-            self._waiters.append(fut)
-        if not self._scheduled:
-            self._scheduled = True
-            fut.get_loop().call_soon(self._release, fut.get_loop())
-
-    async def turn(self, first: bool = False) -> None:
-        """Wait for a turn; `first` jumps the queue (work that must not fall behind)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.enqueue(fut, first)
-        await fut
-
-    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self._waiters:
-            fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                break
-        if self._waiters:
-            loop.call_soon(self._release, loop)  # runs in the next iteration, after select()
-        else:
-            self._scheduled = False
 
 
 @dataclass
@@ -169,6 +139,7 @@ class RunOutcome:
     last_send_ns: int  # relative to t0, for the cool-down window
     scrape_errors: dict[str, int]
     scrapes: dict[str, int]
+    sizing: dict[str, int] = field(default_factory=dict)  # /tokenize calls on the send path
 
 
 class Runner:
@@ -192,7 +163,11 @@ class Runner:
         self._steps = ColumnBuffer("engine_steps")
         self._client = ColumnBuffer("client_samples")
         self._next_idx = 0
-        self._reserved = 0  # first turns the open-loop dispatcher committed to, not yet sent
+        # Requests sent or still to come from sessions begun: the count the stop-by-count
+        # check sees, so a conversation is never started that the count would cut short.
+        self._committed = 0
+        self._turns = max(1, int(getattr(workload, "turns", 1)))  # requests a session can have
+        self._sizer = Sizer(getattr(workload, "tokens", None) or TokenModel(), None)
         self._last_send_ns = 0
         self._stop = asyncio.Event()
         self._stop_reason: str | None = None
@@ -219,8 +194,7 @@ class Runner:
     def _deadline_passed(self) -> bool:
         if self._stop.is_set():
             return True
-        committed = max(self._next_idx, self._reserved)
-        count_done = self.s.num_requests is not None and committed >= self.s.num_requests
+        count_done = self.s.num_requests is not None and self._committed >= self.s.num_requests
         elapsed_s = (time.monotonic_ns() - self.t0_ns) / 1e9
         time_done = self.s.duration_s is not None and elapsed_s >= self.s.duration_s
         if count_done or time_done:
@@ -254,6 +228,15 @@ class Runner:
                               _last_step=self.s.steps_after)
             if self.s.metrics_url or self.s.steps_url:
                 background.append(asyncio.create_task(scraper.run()))
+            if self._sizer.model.source == "tokenize":  # the target counts: size against it
+                counter = Counter(session, self.s.url, self.s.endpoint, self.s.model, self._headers, tokenize=True)
+
+                def count(spec: RequestSpec) -> Any:
+                    if spec.messages is not None:
+                        return counter.messages(spec.messages)
+                    return counter.prompt(spec.prompt or "")
+
+                self._sizer.count = count
             sessions = self.workload.sessions(self._streams)
             if self.s.arrivals.kind == "closed":
                 await self._closed_loop(sessions)
@@ -278,6 +261,7 @@ class Runner:
             last_send_ns=self._last_send_ns,
             scrape_errors=scraper.errors,
             scrapes=scraper.scrapes,
+            sizing=dict(vars(self._sizer.stats)),
         )
 
     async def _prewarm(self, pool: Any) -> None:
@@ -289,7 +273,9 @@ class Runner:
     async def _drain(self) -> None:
         if not self._tasks:
             return
-        timeout = self.s.drain_timeout_s if self.s.drain_timeout_s is not None else self.s.request_timeout_s + 5
+        # Sessions begun run all their turns: each turn gets the request timeout and a margin.
+        timeout = (self.s.drain_timeout_s if self.s.drain_timeout_s is not None
+                   else (self.s.request_timeout_s + 5) * self._turns)
         _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
         if pending:
             self.interrupt(f"{len(pending)} requests still in flight {timeout:.0f}s after sending stopped")
@@ -330,6 +316,9 @@ class Runner:
                 self._stop.set()
             if self._deadline_passed():
                 break
+            # Sized while waiting for its time, so a count the target makes delays no send
+            # unless it takes longer than the gap to this arrival.
+            await self._sizer.size(spec)
             if await self._sleep_until(due_ns):
                 break  # stopped while waiting
             if cap is not None:
@@ -337,7 +326,7 @@ class Runner:
                 if self._stop.is_set():
                     cap.release()
                     break
-            self._reserved += 1
+            self._committed += self._turns
             self._spawn(self._run_session(sess, due_ns, first=spec, cap=cap))
 
     async def _sleep_until(self, due_ns: int) -> bool:
@@ -366,21 +355,32 @@ class Runner:
         first: RequestSpec | None = None,
         cap: asyncio.Semaphore | None = None,
     ) -> None:
+        """Send a session's requests in turn. `first` (open loop) was sized and committed by
+        the dispatcher; otherwise the session is committed here, before its first await."""
+        if first is None:
+            self._committed += self._turns
+        sent = 0
+        conversation: int | None = None
         try:
             spec = first if first is not None else next(sess, None)
             intended = first_intended_ns
             while spec is not None:
+                conversation = spec.conversation_id
+                if spec is not first:
+                    await self._sizer.size(spec)
                 reply = await self._send(spec, intended if intended is not None else time.monotonic_ns())
+                sent += 1
                 intended = None  # later turns follow the previous reply at once
-                if self._deadline_passed() and spec.conversation_id is None:
-                    return
-                if self._stop.is_set():
+                if self._interrupted:  # the end of --duration does not stop a begun session
                     return
                 try:
                     spec = sess.send(reply)
                 except StopIteration:
                     return
         finally:
+            self._committed -= self._turns - sent  # turns that will not come after all
+            if conversation is not None:
+                self._sizer.forget(conversation)
             if cap is not None:
                 cap.release()
 
@@ -502,6 +502,7 @@ class Runner:
                 "coalesced": p.coalesced})
         out_tokens, out_source = p.output_tokens
         usage = p.usage or {}
+        self._sizer.observe(spec, usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None)
         details = usage.get("prompt_tokens_details") or {}
 
         def rel(t: int | None) -> int | None:

@@ -48,6 +48,16 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
         ("Output tokens from usage / counted",
          f"{s['output_tokens_source']['usage']} / {s['output_tokens_source']['counted']}"),
     ]
+    il = s.get("input_length")
+    if il:
+        rows.append(("Input tokens asked / counted (mean)",
+                     f"{il['mean_target_tokens']:,.1f} / {il['mean_actual_tokens']:,.1f} ({il['mean_error_pct']:+.1f}%)"))
+        rows.append(("Prompts within 1% of their target", f"{il['within_1pct']} of {il['requests']}"))
+    wr = s.get("workload_rows")
+    if wr:
+        unit = "record" if "records_read" in wr else "row"
+        rows.append((f"{unit.capitalize()}s used from {wr['file']}",
+                     f"{wr[f'{unit}s_used']} of {wr[f'{unit}s_read']}"))
     if "coalesced_fraction" in s:
         rows.append(("Tokens that shared a socket read", f"{s['coalesced_fraction']:.1%}"))
     if "request_goodput" in s:

@@ -19,6 +19,11 @@ host, same CLOCK_MONOTONIC). ``GET /_arrivals`` gives, by the same key, when the
 read each request, so a test can split a measured TTFT into the server's part and the
 client's; ``GET /_tail`` when it wrote the finish event, usage (null without) and ``[DONE]``.
 
+With ``--tokenize`` it also answers vLLM's ``POST /tokenize`` (``{"model", "prompt"}`` or
+``{"model", "messages"}`` -> ``{"count", "max_model_len", "tokens"}``), counting exactly as
+its completions count ``prompt_tokens``; without it that route is a 404, as on a server
+that has none.
+
 ``--faults MODE:N,...`` makes every N-th request (by arrival order) misbehave:
 ``http500``, ``http429``, ``malformed`` (a non-JSON event mid-stream), ``truncate`` (connection
 closed mid-stream), ``badutf8`` (invalid UTF-8 inside an event), ``reset`` (connection
@@ -127,10 +132,27 @@ class Server:
         if path == "/_tail":
             self.send_json(writer, 200, self.tails)
             return True
+        if path == "/tokenize" and method == "POST" and self.args.tokenize:
+            self.tokenize(json.loads(body), writer)
+            return True
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             return await self.completion(path, json.loads(body), writer)
         self.error(writer, 404, f"no route {path}", "not_found")
         return True
+
+    @staticmethod
+    def count_prompt(chat: bool, req: dict[str, Any]) -> int:
+        """The prompt_tokens this server reports: a quarter token per byte of the prompt (of
+        the messages' JSON for chat), plus one, so counts are not additive per word."""
+        prompt = json.dumps(req["messages"]) if chat else req.get("prompt", "")
+        return len(prompt.encode()) // 4 + 1
+
+    def tokenize(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        if req.get("model") != self.model:
+            self.error(writer, 404, f"The model `{req.get('model')}` does not exist.", "NotFoundError")
+            return
+        n = self.count_prompt("messages" in req, req)
+        self.send_json(writer, 200, {"count": n, "max_model_len": 1 << 20, "tokens": list(range(n))})
 
     # -- completions ---------------------------------------------------------------------
     def fault_for(self, n: int) -> str | None:
@@ -147,8 +169,7 @@ class Server:
             self.error(writer, 404, f"The model `{req.get('model')}` does not exist.", "NotFoundError")
             return True
         chat = path.endswith("chat/completions")
-        prompt = (json.dumps(req["messages"]) if chat else req.get("prompt", ""))
-        prompt_tokens = len(prompt.encode()) // 4 + 1
+        prompt_tokens = self.count_prompt(chat, req)
         max_tokens = int(req.get("max_tokens") or 16)
         fault = self.fault_for(n)
         if fault == "reset":
@@ -295,6 +316,7 @@ async def main(argv: list[str] | None = None) -> None:
     p.add_argument("--api-key", default=None)
     p.add_argument("--faults", default="")
     p.add_argument("--log-timing", action="store_true")
+    p.add_argument("--tokenize", action="store_true", help="answer POST /tokenize (vLLM's shape)")
     args = p.parse_args(argv)
     server = Server(args)
     srv = await asyncio.start_server(server.handle, "127.0.0.1", args.port, limit=1 << 20, backlog=1024)

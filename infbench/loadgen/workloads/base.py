@@ -7,6 +7,9 @@ stops. Single requests are one-turn sessions; conversations grow their history t
 `sessions(streams)` draws each kind of randomness from its own stream (`loadgen.seeds`): the
 lengths, choices and, for open loops, the arrival times of session k are the same for one seed
 on any target; only the text depends on the target's calibration and on the per-run salt.
+`target_input_tokens` is the prompt's length as the server counts it (BOS and, on the chat
+endpoint, the template included), which the text is sized to; for conversations it is the
+content planned so far, and the runner adds the template's tokens (`loadgen.sizing`).
 The runner sends the sessions in the order they are yielded, so request k of two runs with
 the same seed is the same request (multi-turn: turn t of conversation k).
 """
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from infbench.loadgen.seeds import Streams
+from infbench.loadgen.workloads.prompts import TokenModel
 
 Session = Generator["RequestSpec", "str | None", None]
 
@@ -33,11 +37,15 @@ class RequestSpec:
     conversation_id: int | None = None
     turn: int | None = None
     at: float | None = None  # trace workloads: arrival offset in seconds
+    # Where the words that may be resized are: a (start, end) span of `prompt`, or of the last
+    # message's content. The rest (a shared prefix, an instruction, the history) is kept.
+    fill: tuple[int, int] | None = None
 
 
 class Workload(Protocol):
     name: str
     needs_text: bool  # the runner must collect generated text (conversations)
+    tokens: TokenModel  # the target's token model the text is sized with
 
     def sessions(self, streams: Streams) -> Iterator[Session]: ...
 

@@ -1,4 +1,8 @@
-"""Multi-turn conversations: each turn resends the whole history plus a new user message."""
+"""Multi-turn conversations: each turn resends the whole history plus a new user message.
+
+`input_len` is the length of each new user message's own text; the chat template's tokens
+around the messages come on top and are counted in each turn's recorded target.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import numpy as np
 from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads.base import RequestSpec, Session
-from infbench.loadgen.workloads.prompts import TokenModel, random_words
+from infbench.loadgen.workloads.prompts import TokenModel
 
 
 @dataclass
@@ -39,19 +43,22 @@ class MultiTurn:
 
     def _conversation(self, text: np.random.Generator, conv_id: int, n_in: list[int],
                       n_out: list[int]) -> Session:
+        # The target is the content planned so far: every user message of n_in tokens and every
+        # reply of its max_tokens. The runner adds the target's template tokens and sizes the new
+        # message against the real history (`loadgen.sizing`), so the text here is a first fit.
         history: list[dict[str, str]] = []
-        history_tokens = 0
+        content = 0
         for turn in range(self.turns):
-            user = random_words(text, self.tokens.words_for(n_in[turn], with_overhead=turn == 0))
+            user = self.tokens.text_for(text, n_in[turn], with_overhead=False)
             history.append({"role": "user", "content": user})
-            history_tokens += n_in[turn]
+            content += n_in[turn]
             reply = yield RequestSpec(
                 label=f"turn-{turn}", max_tokens=n_out[turn], messages=list(history),
-                target_input_tokens=history_tokens, conversation_id=conv_id, turn=turn)
+                target_input_tokens=content, conversation_id=conv_id, turn=turn, fill=(0, len(user)))
             if reply is None:  # the turn failed: a real user would not continue this thread
                 return
             history.append({"role": "assistant", "content": reply})
-            history_tokens += n_out[turn]
+            content += n_out[turn]
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, "turns": self.turns,

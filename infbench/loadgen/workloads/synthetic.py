@@ -9,7 +9,7 @@ from typing import Any
 from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.seeds import Streams, integers
 from infbench.loadgen.workloads.base import RequestSpec, Session, single
-from infbench.loadgen.workloads.prompts import TokenModel, make_prompt, random_words
+from infbench.loadgen.workloads.prompts import TokenModel
 
 
 @dataclass
@@ -25,9 +25,9 @@ class Synthetic:
         outs = self.output_len.stream(streams.output_lengths())
         text = streams.text()
         for n_in, n_out in zip(ins, outs, strict=True):
-            yield single(RequestSpec(label="synthetic", max_tokens=n_out,
-                                     prompt=make_prompt(text, self.tokens, n_in),
-                                     target_input_tokens=n_in))
+            prompt = self.tokens.text_for(text, n_in)
+            yield single(RequestSpec(label="synthetic", max_tokens=n_out, prompt=prompt,
+                                     target_input_tokens=n_in, fill=(0, len(prompt))))
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, "input_tokens": str(self.input_len),
@@ -54,23 +54,29 @@ class SharedPrefix:
         if self.groups < 1 or self.prefix_tokens < 1:
             raise ValueError("prefix: --prefix-groups and --prefix-tokens must be >= 1")
         text = streams.text()
-        prefixes = [
-            random_words(text, self.tokens.words_for(self.prefix_tokens)) for _ in range(self.groups)
-        ]
+        # A prefix alone would be a prompt of prefix_tokens (BOS and template included), so
+        # the suffix is sized as content only and the two add up to the target.
+        prefixes = [self.tokens.text_for(text, self.prefix_tokens) for _ in range(self.groups)]
         picks = integers(streams.choices(), self.groups)
         suffixes = self.suffix_len.stream(streams.input_lengths())
         outs = self.output_len.stream(streams.output_lengths())
         for g, n_suffix, n_out in zip(picks, suffixes, outs, strict=True):
-            suffix = random_words(text, self.tokens.words_for(n_suffix, with_overhead=False))
+            total = self.prefix_tokens + n_suffix
+            # The per-length correction belongs to the whole prompt's length, not the prefix's.
+            shift = self.tokens.correction(total) - self.tokens.correction(self.prefix_tokens)
+            suffix = self.tokens.text_for(text, n_suffix - shift, with_overhead=False)
+            head = prefixes[g] + " "
             yield single(RequestSpec(
-                label=f"group-{g}", max_tokens=n_out, prompt=prefixes[g] + " " + suffix,
-                target_input_tokens=self.prefix_tokens + n_suffix))
+                label=f"group-{g}", max_tokens=n_out, prompt=head + suffix,
+                target_input_tokens=total, fill=(len(head), len(head) + len(suffix))))
 
     def describe(self) -> dict[str, Any]:
         return {"workload": self.name, "prefix_groups": self.groups,
                 "prefix_tokens": self.prefix_tokens, "suffix_tokens": str(self.suffix_len),
                 "output_tokens": str(self.output_len)}
 
+
+MIN_CONTEXT_WORDS = 4
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {
@@ -122,10 +128,14 @@ class Structured:
             # first tokens in every request and every run, a prefix-cache hit the salt cannot
             # prevent.
             ask = f"Return one {schema_name} as JSON."
-            context = random_words(text, self.tokens.words_for(n_in - len(ask.split())))
+            # At least a few words of context even where the target leaves room for fewer: a
+            # one-word opening would repeat across runs (the salt lives in these words).
+            budget = max(n_in - self.tokens.content_tokens(ask),
+                         self.tokens.overhead + MIN_CONTEXT_WORDS * self.tokens.mean_word_cost)
+            context = self.tokens.text_for(text, budget)
             yield single(RequestSpec(
                 label=schema_name, max_tokens=n_out, prompt=f"{context}\n{ask}",
-                target_input_tokens=n_in,
+                target_input_tokens=n_in, fill=(0, len(context)),
                 extra={"response_format": {"type": "json_schema", "json_schema": {
                     "name": schema_name, "schema": SCHEMAS[schema_name]}}}))
 
