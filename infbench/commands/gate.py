@@ -11,15 +11,25 @@ from pathlib import Path
 import numpy as np
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from infbench.console import make_console, print_error
-from infbench.gate import FAIL, INCONCLUSIVE, PASS, evaluate_rule, load_rules, overall
-from infbench.gate.compat import workload_differences
-from infbench.gate.noise import measure_noise, suggested_toml
+from infbench.console import make_console, print_error, print_warning
+from infbench.gate import FAIL, INCONCLUSIVE, PASS, RuleResult, load_rules
+from infbench.gate.compat import compare_runs
+from infbench.gate.noise import measure_noise
 from infbench.gate.plan import plan_rule
-from infbench.gate.report import gate_document, to_json, to_junit, to_markdown
+from infbench.gate.report import (
+    change_text,
+    gate_document,
+    pairing_text,
+    to_json,
+    to_junit,
+    to_markdown,
+)
 from infbench.gate.rules import INCONCLUSIVE as INCONCLUSIVE_CHOICES
-from infbench.gate.samples import RunSamples, open_samples
+from infbench.gate.rules_file import write_run_noise
+from infbench.gate.samples import open_samples
+from infbench.gate.verdict import run_gate
 from infbench.store import StoreError
 
 app = typer.Typer(help="Statistical performance gates: pass, fail or inconclusive, with intervals.",
@@ -32,16 +42,6 @@ _STYLE = {PASS: "bold green", FAIL: "bold red", INCONCLUSIVE: "bold yellow"}
 def _fail(message: str) -> typer.Exit:
     print_error(message)
     return typer.Exit(2)
-
-
-def _load_pair(baseline: str, candidate: str, db: Path, allow_different: bool
-               ) -> tuple[RunSamples, RunSamples, list[str]]:
-    base, cand = open_samples(baseline, db), open_samples(candidate, db)
-    diffs = workload_differences(base.config, cand.config)
-    if diffs and not allow_different:
-        raise ValueError(f"baseline and candidate ran different workloads ({'; '.join(diffs)}); "
-                         "pass --allow-different-workloads to compare them anyway")
-    return base, cand, diffs
 
 
 @app.callback()
@@ -57,7 +57,10 @@ def gate(
     junit: Path | None = typer.Option(None, help="Write JUnit XML here (one test case per rule)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
-    """Compare a candidate run with a baseline, rule by rule, with confidence intervals."""
+    """Compare a candidate run with a baseline, rule by rule, with confidence intervals.
+
+    Runs that sent the same requests (same workload fingerprint) are compared request by
+    request; others are compared unpaired, with a warning."""
     if ctx.invoked_subcommand is not None:
         return
     try:
@@ -66,27 +69,21 @@ def gate(
         if inconclusive is not None and inconclusive not in INCONCLUSIVE_CHOICES:
             raise ValueError(f"inconclusive: {inconclusive!r} is not pass or fail")
         ruleset = load_rules(rules)
-        settings = ruleset.settings
         if inconclusive is not None:
-            settings = dataclasses.replace(settings, inconclusive=inconclusive)
-        base, cand, diffs = _load_pair(baseline, candidate, db, allow_different_workloads)
+            ruleset = dataclasses.replace(ruleset, settings=dataclasses.replace(ruleset.settings,
+                                                                                inconclusive=inconclusive))
+        settings = ruleset.settings
+        base, cand = open_samples(baseline, db), open_samples(candidate, db)
+        outcome = run_gate(base, cand, ruleset, allow_different_workloads=allow_different_workloads)
     except (ValueError, StoreError) as exc:
         raise _fail(str(exc)) from None
-
-    rng = np.random.default_rng(settings.seed)
-    results = [evaluate_rule(r, base, cand, settings, rng) for r in ruleset.rules]
-    verdict = overall(results)
-    warnings = [f"workloads differ (allowed): {d}" for d in diffs]
-    for s, who in ((base, "baseline"), (cand, "candidate")):
-        if s.run.client_bound:
-            warnings.append(f"the {who} run was client-bound: its latencies include load-generator delay")
-        if s.run.status != "completed":
-            warnings.append(f"the {who} run is {s.run.status} ({s.run.status_reason or 'no reason recorded'})")
-    doc = gate_document(verdict, results, {
+    results = outcome.results
+    doc = gate_document(outcome.verdict, results, {
         "baseline": base.run.run_id, "candidate": cand.run.run_id,
         "baseline_requests": base.n_requests, "candidate_requests": cand.n_requests,
+        "paired": outcome.paired, "paired_requests": outcome.paired_requests,
         "confidence": settings.confidence, "run_noise": settings.run_noise,
-        "inconclusive_counts_as": settings.inconclusive, "warnings": warnings})
+        "inconclusive_counts_as": settings.inconclusive, "warnings": outcome.warnings})
     if markdown is not None:
         markdown.write_text(to_markdown(doc, results), encoding="utf-8")
     if junit is not None:
@@ -95,30 +92,27 @@ def gate(
         sys.stdout.write(to_json(doc))
     else:
         _print_table(doc, results)
-    failing = verdict == FAIL or (verdict == INCONCLUSIVE and settings.inconclusive == "fail")
+    failing = outcome.verdict == FAIL or (outcome.verdict == INCONCLUSIVE and settings.inconclusive == "fail")
     raise typer.Exit(1 if failing else 0)
 
 
-def _print_table(doc: dict, results: list) -> None:
+def _print_table(doc: dict, results: list[RuleResult]) -> None:
     console = make_console()
     t = Table(title=f"gate: baseline {doc['baseline']} vs candidate {doc['candidate']} "
-                    f"({doc['confidence']:.0%} intervals)", title_justify="left")
-    for c in ("rule", "baseline", "candidate", "change", "interval", "tolerance", "verdict"):
+                    f"({doc['confidence']:.0%} intervals; {pairing_text(doc)})", title_justify="left")
+    for c in ("rule", "baseline", "candidate", "change [interval]", "limit", "verdict"):
         t.add_column(c, justify="left" if c in ("rule", "verdict") else "right")
     for r in results:
-        fmt = (lambda v: f"{v:+.1%}") if r.relative else (lambda v: f"{v:+.3g}")
-        t.add_row(f"{r.rule} ({'lower' if r.direction == 'lower' else 'higher'} is better)",
+        t.add_row(Text(f"{r.rule} ({r.direction} is better)"),
                   "-" if r.baseline is None else f"{r.baseline:.4g} {r.unit}",
                   "-" if r.candidate is None else f"{r.candidate:.4g} {r.unit}",
-                  "-" if r.change is None else fmt(r.change),
-                  "-" if r.ci is None else f"{fmt(r.ci[0])} .. {fmt(r.ci[1])}",
-                  r.tolerance, f"[{_STYLE[r.verdict]}]{r.verdict}[/]")
+                  change_text(r), r.tolerance, f"[{_STYLE[r.verdict]}]{r.verdict}[/]")
     console.print(t)
     for r in results:
         if r.verdict != PASS:
-            console.print(f"  [dim]{r.rule}:[/] {r.reason}", highlight=False)
+            console.print(f"  {r.rule}: {r.reason}", highlight=False, markup=False)
     for w in doc["warnings"]:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        print_warning(w, console)
     console.print(f"verdict: [{_STYLE[doc['verdict']]}]{doc['verdict'].upper()}[/]")
 
 
@@ -161,7 +155,7 @@ def plan(
         return "-" if v is None else f"{v:,.0f} s"
 
     for r in rows:
-        t.add_row(r.rule, "-" if r.baseline_value is None else f"{r.baseline_value:.4g}",
+        t.add_row(Text(r.rule), "-" if r.baseline_value is None else f"{r.baseline_value:.4g}",
                   "-" if r.relative_se is None else f"{r.relative_se:.2%}",
                   size(r.to_detect, r.unit_of_size), secs(r.seconds_to_detect),
                   size(r.to_clear, r.unit_of_size), secs(r.seconds_to_clear))
@@ -169,7 +163,7 @@ def plan(
     console.print(t)
     for r in rows:
         if r.note:
-            console.print(f"  [dim]{r.rule}:[/] {r.note}", highlight=False)
+            console.print(f"  {r.rule}: {r.note}", highlight=False, markup=False)
 
 
 @app.command("noise")
@@ -177,52 +171,59 @@ def noise(
     runs: list[str] = typer.Argument(..., help="Three or more runs of one build and workload (id/prefix, or FILE\\[@RUN])."),
     rules: Path | None = typer.Option(None, help="gates.toml whose rules to measure (default: the built-in rules)."),
     db: Path = DB_OPTION,
-    write: Path | None = typer.Option(None, help="Write the rules with their measured run_noise to this TOML file."),
+    write: Path | None = typer.Option(None, help="Write the rules, with their measured run_noise and everything else kept, to this TOML file."),
     allow_different_workloads: bool = typer.Option(False, help="Measure even when the runs' workloads differ."),
     json_out: bool = typer.Option(False, "--json", help="Print the measurement as JSON on stdout."),
 ) -> None:
-    """Measure run-to-run noise from repeated A/A runs, for each rule's run_noise."""
+    """Measure run-to-run noise from repeated A/A runs, for each rule's run_noise.
+
+    The run_noise column is exactly what --write puts in the file (the estimate, rounded up
+    to 0.1%); the upper bound beside it says how rough the estimate is."""
     try:
         ruleset = load_rules(rules)
         samples = [open_samples(r, db) for r in runs]
         for s in samples[1:]:
-            diffs = workload_differences(samples[0].config, s.config)
+            diffs = compare_runs(samples[0], s).differences
             if diffs and not allow_different_workloads:
                 raise ValueError(f"runs {samples[0].run.run_id} and {s.run.run_id} ran different workloads "
                                  f"({'; '.join(diffs)}): A/A runs must repeat one workload "
                                  "(--allow-different-workloads to measure anyway)")
         rng = np.random.default_rng(ruleset.settings.seed)
         rows = [measure_noise(r, samples, ruleset.settings, rng) for r in ruleset.rules]
-    except (ValueError, StoreError) as exc:
+        source = rules.read_text(encoding="utf-8") if rules is not None else None
+        written = write_run_noise(source, [r.run_noise for r in rows], len(samples))
+        if write is not None:
+            write.write_text(written.text, encoding="utf-8")
+    except (ValueError, StoreError, OSError) as exc:
         raise _fail(str(exc)) from None
-    text = suggested_toml(rows, list(ruleset.rules), ruleset.settings)
-    if write is not None:
-        write.write_text(text, encoding="utf-8")
     if json_out:
         sys.stdout.write(json.dumps({"runs": [s.run.run_id for s in samples],
                                      "confidence": ruleset.settings.confidence,
-                                     "rules": [r.as_dict() for r in rows], "toml": text}, indent=2) + "\n")
+                                     "rules": [{**r.as_dict(), "written": w} for r, w in zip(rows, written.per_rule, strict=True)],
+                                     "gate_run_noise_written": written.gate, "toml": written.text}, indent=2) + "\n")
         return
-    t = Table(title=f"run-to-run noise over {len(samples)} runs ({ruleset.settings.confidence:.0%} upper bound)",
-              title_justify="left")
-    for c in ("rule", "mean", "between runs", "within a run", "run_noise", "upper bound"):
+    t = Table(title=f"run-to-run noise over {len(samples)} runs (sd of one run; "
+                    f"{ruleset.settings.confidence:.0%} upper bound)", title_justify="left")
+    for c in ("rule", "between runs", "sampling", "run_noise", "upper bound"):
         t.add_column(c, justify="left" if c == "rule" else "right")
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.2%}"
 
-    for r in rows:
-        t.add_row(r.rule, f"{np.mean(r.values):.4g}" if r.values and r.between is not None else "-",
-                  pct(r.between), pct(r.within), pct(r.run_noise), pct(r.upper))
+    for r, w in zip(rows, written.per_rule, strict=True):
+        t.add_row(Text(r.rule), pct(r.between), pct(r.within), w or "not measured", pct(r.upper))
     console = make_console()
     console.print(t)
     for r in rows:
         if r.note:
-            console.print(f"  [dim]{r.rule}:[/] {r.note}", highlight=False)
-    console.print(f"rules with these run_noise values {'written to ' + str(write) if write else 'below'}:",
-                  highlight=False)
+            console.print(f"  {r.rule}: {r.note}", highlight=False, markup=False)
+    if written.gate is not None:
+        console.print(f"[gate] run_noise = {written.gate} (the largest: for rules without their own)",
+                      highlight=False, markup=False)
+    where = f"written to {write}" if write is not None else "not written (pass --write FILE)"
+    console.print(f"rules with these run_noise values: {where}", highlight=False, markup=False)
     if write is None:
-        console.print(text, highlight=False, markup=False)
+        console.print(written.text, highlight=False, markup=False)
 
 
 def compare(
@@ -242,7 +243,7 @@ def compare(
         keys += [f"mean_{m}_ms", f"p50_{m}_ms", f"p99_{m}_ms"]
     if "request_goodput" in sa or "request_goodput" in sb:
         keys.append("request_goodput")
-    diffs = workload_differences(a.config, b.config)
+    diffs = compare_runs(a, b).differences
     if json_out:
         sys.stdout.write(json.dumps({"a": a.run.run_id, "b": b.run.run_id, "workload_differences": diffs,
                                      "metrics": {k: {"a": sa.get(k), "b": sb.get(k)} for k in keys}},
@@ -259,4 +260,4 @@ def compare(
     console.print(t)
     console.print("[dim]single numbers, no intervals: use `infbench gate` for a verdict[/]")
     for d in diffs:
-        console.print(f"[yellow]workloads differ:[/] {d}", highlight=False)
+        print_warning(f"workloads differ: {d}", console)

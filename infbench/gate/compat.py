@@ -1,12 +1,26 @@
-"""Whether two runs measured the same thing: same workload, arrivals, endpoint, model and
-sampling. The engine under test may differ (that is the point); the load may not."""
+"""Whether two runs measured the same thing, and whether their requests pair up.
+
+The load (workload, arrivals, endpoint, model, sampling) must be the same; the engine under
+test may differ (that is the point). Stop conditions and seeds may differ too: a short canary
+against a long baseline is a fair, if unpaired, comparison of the same load.
+
+Two runs with the same `workload_fingerprint` sent the same requests in the same order
+(request k of one is request k of the other: same intended send time, input length and
+max_tokens), so the gate compares them request by request, which cancels the workload's own
+length mix out of the change. Keys follow the fingerprint's: `(request_idx, 0)` for single
+requests, `(conversation_id, turn)` for conversations.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-# Config paths that define the load. Stop conditions (duration, request count) and seeds may
-# differ: a short canary against a long baseline is a fair comparison of the same load.
+import numpy as np
+
+from infbench.gate.samples import RunSamples
+
+# Config paths that define the load.
 WORKLOAD_KEYS = (
     ("workload",),
     ("arrivals",),
@@ -16,6 +30,8 @@ WORKLOAD_KEYS = (
     ("sampling", "ignore_eos"),
     ("warmup_s",),
 )
+# Below this share of requests completed in both runs, pairing would compare a selection.
+MIN_PAIRED_SHARE = 0.9
 
 
 def _get(cfg: dict[str, Any], path: tuple[str, ...]) -> Any:
@@ -46,3 +62,69 @@ def workload_differences(base: dict[str, Any], cand: dict[str, Any]) -> list[str
             if a.get(key) != b.get(key):
                 diffs.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
     return diffs
+
+
+def _fixed_requests(cfg: dict[str, Any]) -> bool:
+    """The run's stop condition fixes which requests it sends (a request count, no time limit)."""
+    stop = cfg.get("stop") or {}
+    return stop.get("num_requests") is not None and stop.get("duration_s") is None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    differences: list[str]  # the load differs: refused unless allowed
+    same_requests: bool  # equal fingerprints: the requests pair by key
+    note: str  # why they do not pair, when they do not
+
+
+def compare_runs(base: RunSamples, cand: RunSamples) -> Comparison:
+    diffs = workload_differences(base.config, cand.config)
+    fb, fc = base.fingerprint, cand.fingerprint
+    if fb is None or fc is None:
+        missing = base if fb is None else cand
+        return Comparison(diffs, False, f"run {missing.run.run_id} has no workload fingerprint "
+                                        "(recorded by an older infbench): requests compared unpaired")
+    if fb == fc:
+        return Comparison(diffs, True, "")
+    same_draw = (base.config.get("seed") == cand.config.get("seed")
+                 and base.config.get("stop") == cand.config.get("stop") and _fixed_requests(base.config))
+    if not diffs and same_draw:
+        # Same configuration, seed and request count, yet different requests: the workload's
+        # inputs changed underneath (a trace or dataset file, how lengths are drawn).
+        diffs = [f"workload_fingerprint: {fb!r} -> {fc!r} (same configuration, seed and request "
+                 "count, yet different requests)"]
+    return Comparison(diffs, False, "the runs sent different requests (workload fingerprints differ: "
+                                    "another seed or request count, or a run stopped by time); "
+                                    "compared unpaired, so the workload's own spread widens every "
+                                    "interval (--num-requests and --seed alike pair them)")
+
+
+def request_keys(s: RunSamples) -> np.ndarray:
+    """The fingerprint's key of each request as one integer (session << 20 | turn, and a flag
+    bit for conversations)."""
+    conv = s.conversation_id
+    single = conv < 0
+    return np.where(single, s.request_idx << 20, (1 << 62) | (conv << 20) | s.turn)
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Requests present in both runs: `base_rows[i]` and `cand_rows[i]` index the same request
+    in each run's per-request arrays."""
+
+    base_rows: np.ndarray
+    cand_rows: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.base_rows.size)
+
+
+def pair_requests(base: RunSamples, cand: RunSamples, min_requests: int) -> tuple[Pairing | None, str]:
+    """The pairing of two runs that sent the same requests, or None and why not."""
+    common, rb, rc = np.intersect1d(request_keys(base), request_keys(cand), return_indices=True)
+    share = common.size / max(base.n_requests, cand.n_requests, 1)
+    if common.size < min_requests or share < MIN_PAIRED_SHARE:
+        return None, (f"only {common.size} requests completed in both runs ({share:.0%}): "
+                      f"compared unpaired")
+    return Pairing(rb, rc), ""

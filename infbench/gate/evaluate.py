@@ -1,36 +1,48 @@
 """One rule, two runs: the estimate of each, the interval of the change, and a verdict.
 
-The verdict reads the interval against the tolerance, oriented so that "regression" is
-positive: pass when even the worst end of the interval is within tolerance, fail when even
-the best end is beyond it, inconclusive when the interval straddles the tolerance (the runs
-cannot tell) or a run lacks the data the statistic needs.
+Every change is candidate against baseline (a ratio minus one for a relative tolerance, a
+difference otherwise), signed the same way in every output; the rule's limit is signed in
+the same space (+5% when lower is better, -5% when higher is better). The rule passes when
+the whole interval is on the good side of the limit, fails when the whole interval is beyond
+it, and is inconclusive when the interval straddles it (the runs cannot tell) or a run lacks
+the data the statistic needs.
+
+Paired runs (same requests, see `compat`) are resampled together: one resample of request
+pairs drives both runs' statistics. Unpaired runs are resampled independently. Either way the
+replicates are then spread by the rule's `run_noise` (run-to-run drift no single run shows).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from infbench.gate.rules import METRICS, GateSettings, Rule
+from infbench.gate.compat import Pairing
+from infbench.gate.rank import overlapping_shift
+from infbench.gate.rules import METRICS, GateSettings, Rule, format_change
 from infbench.gate.samples import RunSamples
+from infbench.gate.sides import (
+    NotEnoughData,
+    goodput_slo,
+    need,
+    paired_sides,
+    quantile_support,
+    run_side,
+)
 from infbench.gate.stats import (
     block_replicates,
-    clustered_replicates,
-    mean_replicates,
+    overlap_factor,
     percentile_interval,
     point_estimate,
-    quantile_replicates,
-    rank_shift,
-    rate_replicates,
+    replicates,
+    widen,
 )
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
-MIN_WINDOWS = 5  # batch means need a few windows before their t-interval means anything
-MAX_WINDOWS = 30
-MIN_TAIL = 10  # samples beyond a quantile needed to estimate it at all
 
 
 @dataclass
@@ -40,25 +52,24 @@ class RuleResult:
     statistic: str
     unit: str
     direction: str
-    tolerance: str
+    tolerance: str  # the limit on the change, e.g. "<= +5.0%"
     method: str
     baseline: float | None
     candidate: float | None
-    change: float | None  # relative (fraction) or absolute, candidate vs baseline, signed
-    ci: tuple[float, float] | None
+    change: float | None  # candidate vs baseline: relative (fraction) or absolute, signed
+    ci: tuple[float, float] | None  # interval of `change`, same sign
     relative: bool
     verdict: str
     reason: str
     n_baseline: int
     n_candidate: int
+    limit: float = 0.0  # the worst acceptable change, signed like `change`
+    paired: bool = False  # requests compared pair by pair
+    estimator: str = ""  # what the change and its interval are, in words
     p_value: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class NotEnoughData(Exception):
-    """A run cannot support the statistic; the message says what is missing."""
 
 
 @dataclass(frozen=True)
@@ -68,165 +79,184 @@ class Estimate:
     n: int
 
 
-def _need(ok: bool, message: str) -> None:
-    if not ok:
-        raise NotEnoughData(message)
-
-
-def _quantile_support(n: int, q: float | None, what: str, settings: GateSettings) -> None:
-    _need(n >= settings.min_requests, f"{n} {what}, fewer than min_requests = {settings.min_requests}")
-    if q is not None:
-        tail = n * min(q, 1.0 - q)
-        need = math.ceil(MIN_TAIL / min(q, 1.0 - q))
-        _need(tail >= MIN_TAIL, f"p{q * 100:g} needs at least {need} {what}, has {n}")
-
-
-def rate_windows(s: RunSamples, weights: np.ndarray) -> np.ndarray:
-    """Per-window rates over the steady part of a run: from the first completion to the last
-    send (before it the pipeline fills, after it the load drains away)."""
-    _need(s.n_requests > 0, "no completed requests")
-    start, stop = float(s.done_s.min()), float(s.send_s.max())
-    e2e = float(np.nanmedian(s.per_request["e2el"])) / 1e3
-    width = max(2.0 * e2e, 0.05)
-    k = min(MAX_WINDOWS, int((stop - start) / width))
-    _need(k >= MIN_WINDOWS, f"steady part is {max(stop - start, 0):.2f}s; a rate needs {MIN_WINDOWS} "
-                            f"windows of 2 x median e2e ({width:.2f}s each)")
-    edges = np.linspace(start, stop, k + 1)
-    inside = (s.done_s >= start) & (s.done_s < stop)
-    per = np.bincount(np.clip(np.searchsorted(edges, s.done_s[inside], side="right") - 1, 0, k - 1),
-                      weights=weights[inside], minlength=k)
-    return per / (edges[1] - edges[0])
-
-
-def _good(s: RunSamples, slo: dict[str, float]) -> np.ndarray:
-    ok = np.ones(s.n_requests, dtype=bool)
-    if "ttft" in slo:
-        ok &= s.per_request["ttft_intended"] <= slo["ttft"]
-    if "tpot" in slo:
-        ok &= np.nan_to_num(s.per_request["tpot"], nan=0.0) <= slo["tpot"]
-    if "e2el" in slo:
-        ok &= s.per_request["e2el_intended"] <= slo["e2el"]
-    return ok.astype(float)
-
-
-def goodput_slo(rule: Rule, base: RunSamples, cand: RunSamples) -> dict[str, float]:
-    if rule.slo_ms:
-        return rule.slo_ms
-    b, c = base.slo_ms, cand.slo_ms
-    _need(bool(b) and b == c, "goodput needs an slo in the rule (the runs recorded "
-                              f"{b or 'none'} and {c or 'none'})")
-    return b
-
-
 def estimate(rule: Rule, s: RunSamples, settings: GateSettings, rng: np.random.Generator,
              slo: dict[str, float] | None = None) -> Estimate:
+    """One run's statistic with its own bootstrap replicates, widened by the overlap of its
+    requests (engine steps: a block bootstrap of the step series)."""
+    if METRICS[rule.metric].family == "step":
+        need(s.step_ms.size > 0, "no engine step log (the target has no /engine/steps)")
+        quantile_support(s.step_ms.size, rule.quantile, "decode steps", settings)
+        return Estimate(point_estimate(s.step_ms, rule.quantile),
+                        block_replicates(s.step_ms, rule.quantile, settings.replicates, rng), s.step_ms.size)
+    side = run_side(rule, s, settings, slo)
+    reps = side.stat.alone(settings.replicates, rng)
+    reps = widen(reps, overlap_factor(side.stat.influence(), side.start, side.end), log=True)
+    if side.stat.unpaired_log_var > 0:
+        reps = reps * np.exp(rng.normal(0.0, math.sqrt(side.stat.unpaired_log_var), reps.size))
+    return Estimate(side.stat.value(), reps, side.stat.n)
+
+
+def run_value(rule: Rule, s: RunSamples, settings: GateSettings) -> float:
+    """One run's statistic alone (no resampling): what a table of runs shows."""
+    if METRICS[rule.metric].family == "step":
+        return point_estimate(s.step_ms, rule.quantile)
+    slo = goodput_slo(rule, s, s) if rule.statistic == "goodput" else None
+    return run_side(rule, s, settings, slo).stat.value()
+
+
+def run_noise(rule: Rule, settings: GateSettings) -> float:
+    return settings.run_noise if rule.run_noise is None else rule.run_noise
+
+
+@dataclass(frozen=True)
+class Change:
+    base: float
+    cand: float
+    n_base: int
+    n_cand: int
+    replicates: np.ndarray  # of log(cand / base) when relative, else cand - base; no run noise
+
+
+def change_replicates(rule: Rule, base: RunSamples, cand: RunSamples, pairing: Pairing | None,
+                      settings: GateSettings, rng: np.random.Generator,
+                      slo: dict[str, float] | None) -> Change:
+    """The sampling distribution of the change. Paired: both statistics from the same
+    resamples of request pairs, the spread widened by how much the pairs' influence on the
+    change overlaps in time (in either run). Unpaired: each run resampled on its own."""
     family = METRICS[rule.metric].family
-    q = rule.quantile
-    b = settings.replicates
-    if family == "request":
-        x = s.finite(rule.metric)
-        _quantile_support(x.size, q, "requests", settings)
-        reps = mean_replicates(x, b, rng) if q is None else quantile_replicates(x, q, b, rng)
-        return Estimate(point_estimate(x, q), reps, x.size)
-    if family == "itl":
-        _quantile_support(s.n_requests, None, "requests", settings)
-        _quantile_support(s.itl.values.size, q, "gaps", settings)
-        reps = clustered_replicates(s.itl, q, b, rng)
-        return Estimate(point_estimate(s.itl.values, q), reps, s.n_requests)
-    if family == "step":
-        _need(s.step_ms.size > 0, "no engine step log (the target has no /engine/steps)")
-        _quantile_support(s.step_ms.size, q, "decode steps", settings)
-        return Estimate(point_estimate(s.step_ms, q), block_replicates(s.step_ms, q, b, rng),
-                        s.step_ms.size)
-    # rates
-    _quantile_support(s.n_requests, None, "requests", settings)
-    if rule.statistic == "goodput":
-        weights = _good(s, slo or {})
-    elif rule.metric == "requests":
-        weights = np.ones(s.n_requests)
-    elif rule.metric == "output_tokens":
-        weights = s.output_tokens
+    if pairing is None or family == "step":
+        eb, ec = estimate(rule, base, settings, rng, slo), estimate(rule, cand, settings, rng, slo)
+        rb, rc, nb, nc, vb, vc = eb.replicates, ec.replicates, eb.n, ec.n, eb.value, ec.value
+        factor = 1.0
     else:
-        weights = s.output_tokens + s.prompt_tokens
-    windows = rate_windows(s, weights)
-    return Estimate(float(windows.mean()), rate_replicates(windows, b, rng), s.n_requests)
-
-
-def with_run_noise(e: Estimate, noise: float, rng: np.random.Generator) -> Estimate:
-    """Spread the replicates by the machine's run-to-run drift (a lognormal factor)."""
-    if noise <= 0:
-        return e
-    factor = np.exp(rng.normal(0.0, math.log1p(noise), size=e.replicates.size))
-    return Estimate(e.value, e.replicates * factor, e.n)
+        b, c = paired_sides(rule, base, cand, pairing, settings, slo)
+        rb, rc = replicates([b.stat, c.stat], settings.replicates, rng)
+        infl = c.stat.influence() - b.stat.influence()
+        factor = max(overlap_factor(infl, b.start, b.end), overlap_factor(infl, c.start, c.end))
+        nb = nc = b.stat.n
+        vb, vc = b.stat.value(), c.stat.value()
+    if rule.relative:
+        need(vb > 0 and float(np.min(rb)) > 0,
+              "baseline is zero: a relative change is undefined (use an absolute tolerance)")
+        reps = widen(np.log(np.maximum(rc, 1e-300) / rb), factor, log=False)
+    else:
+        reps = widen(rc - rb, factor, log=False)
+    return Change(vb, vc, nb, nc, reps)
 
 
 def _verdict(ci: tuple[float, float], rule: Rule) -> tuple[str, str]:
-    # Orient so that a positive number is a regression, whichever way is better.
-    lo, hi = ci if rule.direction == "lower" else (-ci[1], -ci[0])
-    tol = rule.max_regression
-    fmt = (lambda v: f"{v:+.1%}") if rule.relative else (lambda v: f"{v:+.3g}")
-    worse = "slower" if rule.direction == "lower" else "lower"
-    if hi <= tol:
-        if hi < 0:
-            return PASS, f"improved: even the worst case {fmt(hi)} regression is an improvement"
-        return PASS, f"regression at most {fmt(hi)}, within {rule.tolerance_text}"
-    if lo > tol:
-        return FAIL, f"regression at least {fmt(lo)} ({worse}), beyond {rule.tolerance_text}"
-    return INCONCLUSIVE, (f"the interval of the regression ({fmt(lo)} .. {fmt(hi)}) straddles "
-                          f"{rule.tolerance_text}: more requests are needed to tell")
+    unit = METRICS[rule.metric].unit
+
+    def fmt(v: float) -> str:
+        return format_change(v, rule.relative, unit)
+
+    span = f"the change is {fmt(ci[0])} .. {fmt(ci[1])}"
+    limit = fmt(rule.limit)
+    lower = rule.direction == "lower"
+    worst, best = (ci[1], ci[0]) if lower else (ci[0], ci[1])
+    within = worst <= rule.limit if lower else worst >= rule.limit
+    beyond = best > rule.limit if lower else best < rule.limit
+    if within:
+        better = worst < 0 if lower else worst > 0
+        return PASS, f"{span}: an improvement throughout" if better else f"{span}, within the limit {limit}"
+    if beyond:
+        worse = "slower" if lower else "lower"
+        return FAIL, f"{span}, all of it beyond the limit {limit} ({worse})"
+    return INCONCLUSIVE, (f"{span}, straddling the limit {limit}: more requests (or less run "
+                          "noise) are needed to tell")
+
+
+def _new_result(rule: Rule, base: RunSamples, cand: RunSamples, paired: bool) -> RuleResult:
+    return RuleResult(rule.label, rule.metric, rule.statistic, METRICS[rule.metric].unit, rule.direction,
+                      rule.limit_text, rule.method, None, None, None, None, rule.relative, INCONCLUSIVE, "",
+                      base.n_requests, cand.n_requests, rule.limit, paired)
+
+
+def _describe(rule: Rule, paired: bool) -> str:
+    family = METRICS[rule.metric].family
+    what = "ratio" if rule.relative else "difference"
+    if family == "step":
+        return f"{what} of the runs' step {rule.statistic}, block bootstrap of each run's steps"
+    stat = "rate (tokens or requests over their time in flight)" if family == "rate" else rule.statistic
+    how = "bootstrap of request pairs" if paired else "bootstrap of each run's requests"
+    return f"{what} of the runs' {stat}, {how}, widened for requests in flight together"
 
 
 def evaluate_rule(rule: Rule, base: RunSamples, cand: RunSamples, settings: GateSettings,
-                  rng: np.random.Generator) -> RuleResult:
-    kind = METRICS[rule.metric]
-    result = RuleResult(rule.label, rule.metric, rule.statistic, kind.unit, rule.direction,
-                        rule.tolerance_text, rule.method, None, None, None, None, rule.relative,
-                        INCONCLUSIVE, "", base.n_requests, cand.n_requests)
+                  rng: np.random.Generator, pairing: Pairing | None = None) -> RuleResult:
+    paired = pairing is not None and METRICS[rule.metric].family != "step"
+    result = _new_result(rule, base, cand, paired)
     try:
-        if rule.method == "rank":
-            return _evaluate_rank(rule, base, cand, settings, result)
+        if _uses_shift(rule, paired):
+            return _evaluate_shift(rule, base, cand, settings, pairing if paired else None, result)
         slo = goodput_slo(rule, base, cand) if rule.statistic == "goodput" else None
-        eb = estimate(rule, base, settings, rng, slo)
-        ec = estimate(rule, cand, settings, rng, slo)
+        ch = change_replicates(rule, base, cand, pairing if paired else None, settings, rng, slo)
     except NotEnoughData as exc:
         result.reason = str(exc)
         return result
-    result.baseline, result.candidate = eb.value, ec.value
-    result.n_baseline, result.n_candidate = eb.n, ec.n
-    noise = settings.run_noise if rule.run_noise is None else rule.run_noise
-    eb, ec = with_run_noise(eb, noise, rng), with_run_noise(ec, noise, rng)
+    result.baseline, result.candidate = ch.base, ch.cand
+    result.n_baseline, result.n_candidate = ch.n_base, ch.n_cand
+    result.estimator = _describe(rule, paired)
+    # Drift between runs: each run's statistic moves by a lognormal factor of sd run_noise.
+    s = math.log1p(run_noise(rule, settings))
+    nb, nc = rng.normal(0.0, s, ch.replicates.size), rng.normal(0.0, s, ch.replicates.size)
     if rule.relative:
-        _need_positive = eb.value > 0 and float(np.min(eb.replicates)) > 0
-        if not _need_positive:
-            result.reason = "baseline is zero: a relative change is undefined (use an absolute tolerance)"
-            return result
-        result.change = ec.value / eb.value - 1.0
-        reps = ec.replicates / eb.replicates - 1.0
+        result.change = ch.cand / ch.base - 1.0
+        reps = np.expm1(ch.replicates + nc - nb)
     else:
-        result.change = ec.value - eb.value
-        reps = ec.replicates - eb.replicates
+        result.change = ch.cand - ch.base
+        reps = ch.replicates + ch.cand * np.expm1(nc) - ch.base * np.expm1(nb)
     result.ci = percentile_interval(reps, settings.confidence)
     result.verdict, result.reason = _verdict(result.ci, rule)
     return result
 
 
-def _evaluate_rank(rule: Rule, base: RunSamples, cand: RunSamples, settings: GateSettings,
-                   result: RuleResult) -> RuleResult:
-    x, y = base.finite(rule.metric), cand.finite(rule.metric)
-    _quantile_support(x.size, 0.5, "requests", settings)
-    _quantile_support(y.size, 0.5, "requests", settings)
+def _uses_shift(rule: Rule, paired: bool) -> bool:
+    """Rank rules, and median rules of paired per-request metrics, compare the typical
+    request: the location shift of per-request values (paired: of per-request changes, where
+    the workload's own spread cancels request by request). Tail quantiles and means compare
+    the runs' statistics."""
+    return rule.method == "rank" or (paired and METRICS[rule.metric].family == "request"
+                                     and rule.quantile == 0.5)
+
+
+def _evaluate_shift(rule: Rule, base: RunSamples, cand: RunSamples, settings: GateSettings,
+                    pairing: Pairing | None, result: RuleResult) -> RuleResult:
+    x, y = base.per_request[rule.metric], cand.per_request[rule.metric]
+    if pairing is not None:
+        ok = np.isfinite(x[pairing.base_rows]) & np.isfinite(y[pairing.cand_rows])
+        rb, rc = pairing.base_rows[ok], pairing.cand_rows[ok]
+    else:
+        rb, rc = np.flatnonzero(np.isfinite(x)), np.flatnonzero(np.isfinite(y))
+    x, y = x[rb], y[rc]
+    what = "paired requests" if pairing is not None else "requests"
+    quantile_support(x.size, 0.5, what, settings)
+    quantile_support(y.size, 0.5, what, settings)
     result.baseline, result.candidate = float(np.median(x)), float(np.median(y))
     result.n_baseline, result.n_candidate = x.size, y.size
+    if rule.relative and (x.min() <= 0 or y.min() <= 0):
+        raise NotEnoughData("a relative change of the typical request needs positive values")
+    a, b = (np.log(x), np.log(y)) if rule.relative else (x, y)
+    r = overlapping_shift(a, b, settings.confidence, paired=pairing is not None,
+                          base_times=(base.send_s[rb], base.done_s[rb]),
+                          cand_times=(cand.send_s[rc], cand.done_s[rc]))
+    # Run noise: each run's location moves by a factor of sd run_noise (log scale), or that
+    # share of the baseline median on an absolute scale; added in quadrature to each side.
+    s = math.log1p(run_noise(rule, settings))
+    s = s if rule.relative else run_noise(rule, settings) * result.baseline
+    z = NormalDist().inv_cdf(1.0 - (1.0 - settings.confidence) / 2.0)
+    extra = 2.0 * (z * s) ** 2
+    lo = r.shift - math.sqrt((r.shift - r.ci[0]) ** 2 + extra)
+    hi = r.shift + math.sqrt((r.ci[1] - r.shift) ** 2 + extra)
     if rule.relative:
-        if x.min() <= 0 or y.min() <= 0:
-            raise NotEnoughData("rank with a relative tolerance needs positive values")
-        r = rank_shift(np.log(x), np.log(y), settings.confidence)
-        result.change = math.expm1(r.shift)
-        result.ci = (math.expm1(r.ci[0]), math.expm1(r.ci[1]))
+        result.change, result.ci = math.expm1(r.shift), (math.expm1(lo), math.expm1(hi))
     else:
-        r = rank_shift(x, y, settings.confidence)
-        result.change, result.ci = r.shift, r.ci
+        result.change, result.ci = r.shift, (lo, hi)
     result.p_value = r.p_value
+    result.estimator = ("typical per-request change (Hodges-Lehmann of the pairs, signed-rank interval)"
+                        if pairing is not None else
+                        "location shift (Hodges-Lehmann, Mann-Whitney interval)") + \
+        ", widened for requests in flight together"
     result.verdict, result.reason = _verdict(result.ci, rule)
     return result
 

@@ -1,30 +1,34 @@
 """Run-to-run noise from repeated runs of one build (A/A runs).
 
-A gate interval built from one run's requests knows that run's sampling error, not how much
-the same statistic moves from one run to the next on a shared machine (other tenants, CPU
-frequency, the client's own scheduling). Given k >= 3 runs of the same build and workload,
-per rule:
+A gate interval built from two runs' requests knows their sampling error, not how much the
+same build moves from one run to the next on a shared machine (other tenants, CPU frequency,
+the client's own scheduling). Given k >= 3 runs of one build and workload, each rule is
+evaluated on every pair of runs exactly as the gate would (paired when the runs sent the
+same requests), giving each pair's observed change c (on the log scale for a relative
+tolerance) and its sampling variance w^2 (from the interval). If each run is off by its own
+drift of sd sigma, E[c^2] = 2 sigma^2 + w^2, so
 
-    between = sd(statistic over runs) / mean          (what repeated runs show)
-    within  = rms(each run's bootstrap s.e.) / mean   (what one run's interval already covers)
-    run_noise = sqrt(max(0, between^2 - within^2))    (the rest: drift between runs)
+    run_noise = sqrt(max(0, mean over pairs of (c^2 - w^2) / 2))
 
-which is the `run_noise` the gate spreads each run's replicates by (`with_run_noise`). With
-few runs the estimate is rough, so an upper confidence bound (chi-square on k - 1 degrees of
-freedom) is reported beside it and is what the suggested rules use.
+is the drift the gate adds back per run. With few runs it is rough: an upper confidence
+bound (chi-square on k - 1 degrees of freedom) is reported beside it; the rules file gets the
+estimate itself, since a bound several times too large makes every gate inconclusive.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from infbench.gate.evaluate import NotEnoughData, estimate, goodput_slo
-from infbench.gate.rules import METRICS, GateSettings, Rule
+from infbench.gate.compat import compare_runs, pair_requests
+from infbench.gate.evaluate import evaluate_rule, run_value
+from infbench.gate.rules import GateSettings, Rule
 from infbench.gate.samples import RunSamples
 
 MIN_RUNS = 3
@@ -33,10 +37,11 @@ MIN_RUNS = 3
 @dataclass
 class NoiseRow:
     rule: str
-    values: list[float] = field(default_factory=list)
-    between: float | None = None  # relative sd of the statistic across runs
-    within: float | None = None  # rms relative standard error of one run
-    run_noise: float | None = None  # point estimate
+    values: list[float] = field(default_factory=list)  # each run's statistic
+    pairs: int = 0  # run pairs compared
+    between: float | None = None  # rms of the observed changes between runs, per run
+    within: float | None = None  # rms sampling error of a change, per run
+    run_noise: float | None = None  # the estimate: what the rules file gets
     upper: float | None = None  # one-sided upper bound at the gate's confidence
     note: str = ""
 
@@ -67,72 +72,49 @@ def chi2_quantile(p: float, df: int) -> float:
     return (lo + hi) / 2.0
 
 
+def _scale(rule: Rule, v: float) -> float:
+    return math.log1p(v) if rule.relative else v
+
+
 def measure_noise(rule: Rule, runs: list[RunSamples], settings: GateSettings,
                   rng: np.random.Generator) -> NoiseRow:
-    """The run-to-run drift of `rule`'s statistic across `runs` (one build, one workload)."""
+    """The run-to-run drift of `rule`'s comparison across `runs` (one build, one workload)."""
     if len(runs) < MIN_RUNS:
         raise ValueError(f"runs: {len(runs)} given; run-to-run noise needs at least {MIN_RUNS} runs of one build")
     row = NoiseRow(rule.label)
-    values, rel_se = [], []
-    slo = goodput_slo(rule, runs[0], runs[0]) if rule.statistic == "goodput" else None
-    for run in runs:
-        try:
-            est = estimate(rule, run, settings, rng, slo)
-        except NotEnoughData as exc:
-            row.note = f"run {run.run.run_id} cannot support this rule: {exc}"
+    quiet = dataclasses.replace(settings, run_noise=0.0)
+    bare = dataclasses.replace(rule, run_noise=None)
+    z = NormalDist().inv_cdf(1.0 - (1.0 - settings.confidence) / 2.0)
+    changes, variances = [], []
+    for a, b in itertools.combinations(runs, 2):
+        pairing = pair_requests(a, b, settings.min_requests)[0] if compare_runs(a, b).same_requests else None
+        r = evaluate_rule(bare, a, b, quiet, rng, pairing)
+        if r.ci is None or r.change is None:
+            row.note = f"runs {a.run.run_id} and {b.run.run_id} cannot support this rule: {r.reason}"
             return row
-        values.append(est.value)
-        rel_se.append(float(np.std(est.replicates)) / abs(est.value) if est.value else math.inf)
-    row.values = values
-    mean = float(np.mean(values))
-    if mean == 0 or not all(map(math.isfinite, rel_se)):
-        row.note = "the statistic is zero in some run: no relative noise"
-        return row
-    k = len(values)
-    between = float(np.std(values, ddof=1)) / abs(mean)
-    within = math.sqrt(float(np.mean(np.square(rel_se))))
-    # sd upper bound: (k - 1) s^2 / sigma^2 ~ chi2(k - 1), so sigma <= s sqrt((k - 1) / chi2_{alpha})
-    between_hi = between * math.sqrt((k - 1) / chi2_quantile(1.0 - settings.confidence, k - 1))
-    row.between, row.within = between, within
-    row.run_noise = math.sqrt(max(0.0, between**2 - within**2))
-    row.upper = math.sqrt(max(0.0, between_hi**2 - within**2))
-    if row.run_noise == 0.0:
-        row.note = "runs differ no more than one run's own sampling error explains"
-    if k < 5:
-        row.note = "; ".join(filter(None, [row.note, f"only {k} runs: the bound is wide, more runs tighten it"]))
-    return row
-
-
-def _rule_lines(rule: Rule) -> list[str]:
-    """A rule as the rules file writes it (only fields that differ from the defaults)."""
-    tol = f'"{rule.max_regression * 100:g}%"' if rule.relative else f"{rule.max_regression:g}"
-    lines = ["[[rule]]"]
-    if rule.name:
-        lines.append(f"name = {json.dumps(rule.name)}")
-    lines += [f'metric = "{rule.metric}"', f'statistic = "{rule.statistic}"', f"max_regression = {tol}"]
-    if rule.direction != METRICS[rule.metric].better:
-        lines.append(f'direction = "{rule.direction}"')
-    if rule.method != "bootstrap":
-        lines.append(f'method = "{rule.method}"')
-    if rule.slo_ms:
-        lines.append('slo = "' + ",".join(f"{k}={v:g}ms" for k, v in rule.slo_ms.items()) + '"')
-    return lines
-
-
-def suggested_toml(rows: list[NoiseRow], rules: list[Rule], settings: GateSettings) -> str:
-    """A rules file with each rule's measured `run_noise` (its upper bound, rounded up to 0.1%)."""
-    def pct(v: float) -> str:
-        return f'"{math.ceil(v * 1000 - 1e-9) / 10:.1f}%"'
-
-    measured = [r.upper for r in rows if r.upper is not None]
-    lines = ["[gate]", f"confidence = {settings.confidence:g}", f'inconclusive = "{settings.inconclusive}"',
-             f"min_requests = {settings.min_requests}"]
-    if measured:
-        lines.append(f"run_noise = {pct(max(measured))}   # the largest measured below")
-    for row, rule in zip(rows, rules, strict=True):
-        lines += ["", *_rule_lines(rule)]
-        if row.upper is not None:
-            lines.append(f"run_noise = {pct(row.upper)}   # measured from {len(row.values)} runs")
+        changes.append(_scale(rule, r.change))
+        variances.append(((_scale(rule, r.ci[1]) - _scale(rule, r.ci[0])) / (2.0 * z)) ** 2)
+    row.values = [run_value(rule, s, settings) for s in runs]
+    k = len(runs)
+    between2 = float(np.mean(np.square(changes))) / 2.0
+    within2 = float(np.mean(variances)) / 2.0
+    row.pairs = len(changes)
+    row.between, row.within = math.sqrt(between2), math.sqrt(within2)
+    row.run_noise = math.sqrt(max(0.0, between2 - within2))
+    # sd upper bound: (k - 1) s^2 / sigma^2 ~ chi2(k - 1), with k - 1 independent comparisons
+    hi2 = between2 * (k - 1) / chi2_quantile(1.0 - settings.confidence, k - 1)
+    row.upper = math.sqrt(max(0.0, hi2 - within2))
+    if not rule.relative:
+        row.note = "absolute tolerance: run_noise is relative, so this is over the baseline value"
+        base = abs(row.values[0]) if row.values and row.values[0] else 0.0
+        if base:
+            row.run_noise, row.upper = row.run_noise / base, row.upper / base
         else:
-            lines.append(f"# run_noise not measured: {row.note}")
-    return "\n".join(lines) + "\n"
+            row.run_noise = row.upper = None
+            row.note = "the statistic is zero: no relative noise"
+            return row
+    if row.run_noise == 0.0:
+        row.note = "; ".join(filter(None, [row.note, "runs differ no more than their sampling error explains"]))
+    if k < 5:
+        row.note = "; ".join(filter(None, [row.note, f"only {k} runs: the estimate is rough (see the bound)"]))
+    return row

@@ -2,7 +2,9 @@
 
 For each rule the baseline's bootstrap gives the standard error of the statistic at its own
 size; scaled by the square root of that size it becomes a per-unit spread sigma (units are
-requests, decode steps, or seconds of steady load for rates). A candidate of size n then
+requests, or decode steps for the engine's step time). The sizes assume an unpaired
+comparison; a candidate that repeats the baseline's requests (same seed and request count)
+is compared pair by pair and usually needs fewer. A candidate of size n then
 yields an interval of the change with standard error sqrt(sigma^2 (1/n_base + 1/n) + 2 noise^2),
 and the gate needs
 
@@ -19,15 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from infbench.gate.evaluate import NotEnoughData, estimate, goodput_slo
+from infbench.gate.evaluate import estimate
 from infbench.gate.rules import METRICS, GateSettings, Rule
 from infbench.gate.samples import RunSamples
+from infbench.gate.sides import NotEnoughData, goodput_slo
 
 
 @dataclass
 class PlanRow:
     rule: str
-    unit_of_size: str  # requests | steps | seconds
+    unit_of_size: str  # requests | steps
     baseline_value: float | None
     baseline_size: float
     relative_se: float | None  # of the baseline statistic at its size
@@ -55,7 +58,7 @@ def plan_rule(rule: Rule, base: RunSamples, settings: GateSettings, change: floa
               rng: np.random.Generator) -> PlanRow:
     family = METRICS[rule.metric].family
     rate = base.n_requests / max(base.window_s[1] - base.window_s[0], 1e-9)  # requests/s
-    unit = {"request": "requests", "itl": "requests", "step": "steps", "rate": "seconds"}[family]
+    unit = "steps" if family == "step" else "requests"
     row = PlanRow(rule.label, unit, None, 0.0, None, None, None, None, None, "")
     try:
         slo = goodput_slo(rule, base, base) if rule.statistic == "goodput" else None
@@ -66,8 +69,7 @@ def plan_rule(rule: Rule, base: RunSamples, settings: GateSettings, change: floa
     if est.value == 0:
         row.note = "baseline statistic is zero: no relative size"
         return row
-    size = {"request": est.n, "itl": est.n, "step": est.n,
-            "rate": float(base.send_s.max() - base.done_s.min())}[family]
+    size = float(est.n)
     rel_se = float(np.std(est.replicates)) / abs(est.value)
     sigma = rel_se * math.sqrt(size)
     tol = rule.max_regression if rule.relative else rule.max_regression / abs(est.value)
@@ -81,7 +83,7 @@ def plan_rule(rule: Rule, base: RunSamples, settings: GateSettings, change: floa
     row.baseline_value, row.baseline_size, row.relative_se = est.value, size, rel_se
     row.to_detect, row.to_clear = detect, clear
     span = max(base.window_s[1] - base.window_s[0], 1e-9)
-    per_second = {"requests": rate, "steps": est.n / span, "seconds": 1.0}[unit]
+    per_second = {"requests": rate, "steps": est.n / span}[unit]
     row.seconds_to_detect = detect / per_second if detect is not None else None
     row.seconds_to_clear = clear / per_second if clear is not None else None
     notes = []

@@ -1,5 +1,7 @@
 """Gate results for people and for CI: Markdown (a pull-request comment), JUnit XML (test
-reporters), JSON (scripts)."""
+reporters), JSON (scripts); the terminal table uses the same texts. Every change and interval
+is candidate against baseline, signed the same way everywhere, beside the limit it must stay
+within (`<= +5.0%` when lower is better, `>= -5.0%` when higher is better)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from infbench.gate.evaluate import FAIL, INCONCLUSIVE, PASS, RuleResult
+from infbench.gate.rules import format_change
 
 _ICON = {PASS: "✅ pass", FAIL: "❌ fail", INCONCLUSIVE: "⚠️ inconclusive"}
 
@@ -18,12 +21,18 @@ def _num(v: float | None, unit: str) -> str:
     return f"{v:,.3g} {unit}" if abs(v) < 1e4 else f"{v:,.0f} {unit}"
 
 
-def _change(r: RuleResult) -> str:
+def change_text(r: RuleResult) -> str:
+    """`+1.2% [-0.4%, +2.9%]`: the change and its interval."""
     if r.change is None or r.ci is None:
         return "–"
-    if r.relative:
-        return f"{r.change:+.1%} [{r.ci[0]:+.1%}, {r.ci[1]:+.1%}]"
-    return f"{r.change:+.3g} [{r.ci[0]:+.3g}, {r.ci[1]:+.3g}] {r.unit}"
+    c, lo, hi = (format_change(v, r.relative, r.unit) for v in (r.change, *r.ci))
+    return f"{c} [{lo}, {hi}]"
+
+
+def pairing_text(doc: dict[str, Any]) -> str:
+    if doc.get("paired"):
+        return f"requests paired one to one ({doc['paired_requests']} pairs)"
+    return "requests not paired"
 
 
 def gate_document(verdict: str, results: list[RuleResult], meta: dict[str, Any]) -> dict[str, Any]:
@@ -40,17 +49,18 @@ def to_markdown(doc: dict[str, Any], results: list[RuleResult]) -> str:
         f"### infbench gate: {_ICON[doc['verdict']]}",
         "",
         f"baseline `{doc['baseline']}` ({doc['baseline_requests']} requests) vs candidate "
-        f"`{doc['candidate']}` ({doc['candidate_requests']} requests); "
-        f"{conf:.0%} intervals of the change.",
+        f"`{doc['candidate']}` ({doc['candidate_requests']} requests), {pairing_text(doc)}; "
+        f"{conf:.0%} intervals of the change, candidate vs baseline.",
         "",
-        "| rule | baseline | candidate | change [CI] | tolerance | verdict |",
+        "| rule | baseline | candidate | change [CI] | limit | verdict |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in results:
         better = "↓" if r.direction == "lower" else "↑"
         lines.append(f"| {r.rule} ({better} better) | {_num(r.baseline, r.unit)} | "
-                     f"{_num(r.candidate, r.unit)} | {_change(r)} | {r.tolerance} | {_ICON[r.verdict]} |")
+                     f"{_num(r.candidate, r.unit)} | {change_text(r)} | {r.tolerance} | {_ICON[r.verdict]} |")
     notes = [f"- **{r.rule}**: {r.reason}" for r in results if r.verdict != PASS]
+    notes += [f"- {r.rule}: {r.estimator}" for r in results if r.estimator]
     if notes:
         lines += ["", *notes]
     for w in doc.get("warnings", []):
@@ -71,7 +81,7 @@ def to_junit(doc: dict[str, Any], results: list[RuleResult], inconclusive_fails:
     for r in results:
         case = ET.SubElement(suite, "testcase", classname="infbench.gate", name=r.rule)
         text = (f"baseline {_num(r.baseline, r.unit)}, candidate {_num(r.candidate, r.unit)}, "
-                f"change {_change(r)}, tolerance {r.tolerance}: {r.reason}")
+                f"change {change_text(r)}, limit {r.tolerance}: {r.reason}")
         if r.verdict == FAIL:
             ET.SubElement(case, "failure", message=r.reason, type="regression").text = text
         elif r.verdict == INCONCLUSIVE:

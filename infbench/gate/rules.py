@@ -92,6 +92,23 @@ class Rule:
             return f"{self.max_regression:.1%}"
         return f"{self.max_regression:g} {METRICS[self.metric].unit}"
 
+    @property
+    def limit(self) -> float:
+        """The worst acceptable change (candidate - baseline, or candidate / baseline - 1),
+        signed like every change the gate prints: +tolerance when lower is better."""
+        return self.max_regression if self.direction == "lower" else -self.max_regression
+
+    @property
+    def limit_text(self) -> str:
+        """`<= +5.0%` or `>= -5.0%`: the limit beside the change it bounds."""
+        op = "<=" if self.direction == "lower" else ">="
+        return f"{op} {format_change(self.limit, self.relative, METRICS[self.metric].unit)}"
+
+
+def format_change(v: float, relative: bool, unit: str) -> str:
+    """A signed change, as every gate output prints it: `+3.2%` or `-1.5 ms`."""
+    return f"{v:+.1%}" if relative else f"{v:+.3g} {unit}"
+
 
 @dataclass(frozen=True)
 class GateSettings:

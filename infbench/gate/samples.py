@@ -1,5 +1,6 @@
 """What a gate compares: one run's per-request samples, ITL gaps, engine steps and
-completions, read once from the store into numpy arrays."""
+completions, read once from the store into numpy arrays, with each request's keys for
+pairing (`request_idx`, or conversation and turn)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from infbench.gate.stats import Clustered
 from infbench.store import RunRow, StoreError, get_run, open_store
 
 # Columns of the `request_latency` view a rule may name, and what they mean.
@@ -23,22 +23,39 @@ REQUEST_METRICS = {
 }
 
 
+@dataclass(frozen=True)
+class Gaps:
+    """ITL gaps grouped by request: `values[i]` (ms) belongs to request `owner[i]`, an index
+    into the run's per-request arrays."""
+
+    values: np.ndarray
+    owner: np.ndarray
+
+
 @dataclass
 class RunSamples:
     run: RunRow
     source: str  # how the user named it, for messages
     per_request: dict[str, np.ndarray]  # REQUEST_METRICS name -> ms per good request (NaN: undefined)
-    itl: Clustered  # ms gaps between content chunks, owner = index of the request
+    itl: Gaps  # ms gaps between content chunks (the `itl` view's itl_ms)
     step_ms: np.ndarray  # engine decode-only step durations in step order (may be empty)
     send_s: np.ndarray  # send time of each good request, s from the run's start
-    done_s: np.ndarray  # completion time of each good request, s from the run's start
+    done_s: np.ndarray  # when each good request's stream ended, s from the run's start
     output_tokens: np.ndarray
     prompt_tokens: np.ndarray
-    window_s: tuple[float, float]  # measured window: first send .. last end
+    window_s: tuple[float, float]  # measured window: first send .. last end, all measured requests
+    request_idx: np.ndarray  # each good request's index in the run
+    conversation_id: np.ndarray  # -1 for a single request
+    turn: np.ndarray  # 0 for a single request
+    fingerprint: str | None = None  # runs.workload_fingerprint: equal means the same requests
 
     @property
     def n_requests(self) -> int:
         return int(self.done_s.size)
+
+    @property
+    def span_s(self) -> float:
+        return max(self.window_s[1] - self.window_s[0], 0.0)
 
     def finite(self, metric: str) -> np.ndarray:
         v = self.per_request[metric]
@@ -60,8 +77,9 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
     rid = run.run_id
     lat = con.execute(
         f"""SELECT l.request_idx, {', '.join(f'l.{c}' for c in REQUEST_METRICS.values())},
-                   r.last_chunk_ns / 1e9 AS done_s, r.send_ns / 1e9 AS send_s, coalesce(r.output_tokens, 0) AS out_tok,
-                   coalesce(r.prompt_tokens, r.target_input_tokens, 0) AS in_tok
+                   coalesce(r.end_ns, r.last_chunk_ns) / 1e9 AS done_s, r.send_ns / 1e9 AS send_s, coalesce(r.output_tokens, 0) AS out_tok,
+                   coalesce(r.prompt_tokens, r.target_input_tokens, 0) AS in_tok,
+                   coalesce(r.conversation_id, -1) AS conv, coalesce(r.turn, 0) AS turn
             FROM request_latency l JOIN requests r USING (run_id, request_idx)
             WHERE l.run_id = ? AND {_GOOD} AND r.last_chunk_ns IS NOT NULL
             ORDER BY l.request_idx""",
@@ -77,7 +95,7 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
         [rid],
     ).fetchnumpy()
     owner = np.searchsorted(idx, np.asarray(gaps["request_idx"], dtype=np.int64))
-    itl = Clustered(np.asarray(gaps["itl_ms"], dtype=float), owner.astype(np.int64), int(idx.size))
+    itl = Gaps(np.asarray(gaps["itl_ms"], dtype=float), owner.astype(np.int64))
     steps = con.execute(
         "SELECT (end_s - start_s) * 1e3 AS ms FROM engine_steps WHERE run_id = ? "
         "AND prefill_tokens = 0 AND decode_seqs > 0 ORDER BY step_id",
@@ -88,6 +106,7 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
         [rid],
     ).fetchone()
     lo, hi = (float(win[0]), float(win[1])) if win and win[0] is not None else (0.0, 0.0)
+    fingerprint = con.execute("SELECT workload_fingerprint FROM runs WHERE run_id = ?", [rid]).fetchone()
     return RunSamples(
         run=run, source=source, per_request=per_request, itl=itl,
         step_ms=np.asarray(steps["ms"], dtype=float),
@@ -96,6 +115,10 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
         output_tokens=np.asarray(lat["out_tok"], dtype=float),
         prompt_tokens=np.asarray(lat["in_tok"], dtype=float),
         window_s=(lo, hi),
+        request_idx=idx,
+        conversation_id=np.asarray(lat["conv"], dtype=np.int64),
+        turn=np.asarray(lat["turn"], dtype=np.int64),
+        fingerprint=fingerprint[0] if fingerprint else None,
     )
 
 
