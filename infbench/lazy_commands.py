@@ -19,6 +19,10 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperCommand, TyperGroup
 
 
+def _group() -> None:
+    pass
+
+
 @dataclass(frozen=True)
 class Lazy:
     name: str
@@ -29,6 +33,10 @@ class Lazy:
     def load(self) -> click.Command:
         obj = getattr(importlib.import_module(self.module), self.attr)
         if isinstance(obj, typer.Typer):
+            if obj.registered_callback is None:
+                # typer turns a group with one command and no callback into that command, so
+                # `infbench engine serve` would lose its `serve`: a callback keeps it a group.
+                obj.callback()(_group)
             cmd = typer.main.get_command(obj)
         else:
             single = typer.Typer()

@@ -45,3 +45,27 @@ def test_every_command_is_reachable_with_its_real_options() -> None:
         assert r.exit_code == 0, (lazy.name, r.output)
         assert "Usage: " in r.output and lazy.name in r.output
     assert runner.invoke(app, ["no-such-command"]).exit_code == 2
+
+
+def test_every_subcommand_of_every_group_is_reachable_by_its_name() -> None:
+    import importlib
+
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    for lazy in COMMANDS:
+        obj = getattr(importlib.import_module(lazy.module), lazy.attr)
+        if not isinstance(obj, typer.Typer) or lazy.name == "engine":
+            continue
+        for cmd in obj.registered_commands:
+            name = cmd.name or cmd.callback.__name__.replace("_", "-")
+            r = runner.invoke(app, [lazy.name, name, "--help"])
+            assert r.exit_code == 0 and "Usage:" in r.output, (lazy.name, name, r.output)
+
+
+def test_engine_serve_hands_its_arguments_to_the_engine() -> None:
+    r = subprocess.run([sys.executable, "-m", "infbench", "engine", "serve", "--port", "not-a-port"],
+                       capture_output=True, text=True, env=cli_env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 2
+    assert "--port: invalid int value: 'not-a-port'" in r.stderr  # argparse of the engine itself
+    assert "unrecognized arguments" not in r.stderr
