@@ -82,6 +82,7 @@ class Chart:
     wide: bool = False
     x_range: tuple[float, float] | None = None
     empty: str = ""  # why there is nothing to draw
+    point_names: list[str] | None = None  # one per x (all series share it), shown on hover
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.y) <= 2:
@@ -96,10 +97,16 @@ class Chart:
         if not series:
             return out
         xs, ys = _align(series)
+        names = None
+        if self.point_names is not None:
+            first = np.asarray(series[0].x, float)
+            if len(self.point_names) != len(first) or not all(np.array_equal(s.x, first) for s in series):
+                raise ValueError(f"{self.title}: point names need one shared x, one name per point")
+            names = [self.point_names[i] for i in np.argsort(first, kind="stable")]  # as _align sorts
         # An axis whose series all had no data goes; the other one then stands on the left.
         used = sorted({s.axis for s in series})
         out.update({
-            "x": {**_axis(self.x), "range": list(self.x_range) if self.x_range else None},
+            "x": {**_axis(self.x), "range": list(self.x_range) if self.x_range else None, "names": names},
             "y": [_axis(self.y[a]) for a in used],
             "series": [{"name": s.name, "axis": used.index(s.axis), "style": s.style, "markers": s.markers,
                         "color": COLORS[i % len(COLORS)]} for i, s in enumerate(series)],

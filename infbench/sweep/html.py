@@ -48,17 +48,23 @@ def latency_charts(result: dict[str, Any]) -> list[Chart]:
     pts = sorted(result["points"], key=lambda p: p["output_throughput"])
     thr = _arr(pts, "output_throughput")
     note, marks = _knee_note(result), _marks(result, "output_throughput")
-    e2e = Chart("End-to-end latency against throughput", THROUGHPUT, [Axis("end-to-end latency", "ms")],
-                [Series("p50 E2E", thr, _arr(pts, "p50_e2el_ms"), markers=True),
-                 Series("p99 E2E", thr, _arr(pts, "p99_e2el_ms"), markers=True)], note=note, marks=marks)
+    names = [_load(p) for p in pts]
+
+    def dots(name: str, key: str) -> Series:
+        return Series(name, thr, _arr(pts, key), style="points", markers=True)
+
+    # Dots, not a line: past saturation throughput stalls or falls while latency climbs, so a
+    # line in throughput order would double back; hover names each point's load.
     short = _knee_note(result, why=False)
-    tok = Chart("Per-token latency against throughput", THROUGHPUT, [Axis("time per output token", "ms")],
-                [Series("p50 TPOT", thr, _arr(pts, "p50_tpot_ms"), markers=True),
-                 Series("p50 ITL", thr, _arr(pts, "p50_itl_ms"), markers=True)], note=short, marks=marks)
-    ttft = Chart("Time to first token against throughput", THROUGHPUT, [Axis("TTFT", "ms")],
-                 [Series("p50 TTFT", thr, _arr(pts, "p50_ttft_ms"), markers=True),
-                  Series("p99 TTFT", thr, _arr(pts, "p99_ttft_ms"), markers=True)], note=short, marks=marks)
-    return [e2e, tok, ttft]
+    return [Chart("End-to-end latency against throughput", THROUGHPUT, [Axis("end-to-end latency", "ms")],
+                  [dots("p50 E2E", "p50_e2el_ms"), dots("p99 E2E", "p99_e2el_ms")], note=note, marks=marks,
+                  point_names=names),
+            Chart("Per-token latency against throughput", THROUGHPUT, [Axis("time per output token", "ms")],
+                  [dots("p50 TPOT", "p50_tpot_ms"), dots("p50 ITL", "p50_itl_ms")], note=short, marks=marks,
+                  point_names=names),
+            Chart("Time to first token against throughput", THROUGHPUT, [Axis("TTFT", "ms")],
+                  [dots("p50 TTFT", "p50_ttft_ms"), dots("p99 TTFT", "p99_ttft_ms")], note=short, marks=marks,
+                  point_names=names)]
 
 
 def load_charts(result: dict[str, Any]) -> list[Chart]:
@@ -78,7 +84,7 @@ def load_charts(result: dict[str, Any]) -> list[Chart]:
         out.append(Chart(f"Throughput and goodput against {axis.label} ({loop})", axis,
                          [THROUGHPUT, Axis("request rate", "requests/s")], series,
                          note=_knee_note(result, why=False) if kind == "concurrency" else "",
-                         marks=_marks(result, "value", kind)))
+                         marks=_marks(result, "value", kind), point_names=[_load(p) for p in pts]))
     return out
 
 
@@ -86,7 +92,8 @@ def batch_chart(result: dict[str, Any]) -> Chart:
     pts = sorted((p for p in result["points"] if p["mean_batch"] is not None), key=lambda p: p["mean_batch"])
     return Chart("Throughput against mean decode batch", Axis("mean decode batch", "sequences"), [THROUGHPUT],
                  [Series("output throughput", _arr(pts, "mean_batch"), _arr(pts, "output_throughput"),
-                         markers=True)], empty="no point has a decode batch")
+                         style="points", markers=True)], empty="no point has a decode batch",
+                 point_names=[_load(p) for p in pts])
 
 
 def step_chart(result: dict[str, Any]) -> list[Chart]:

@@ -19,9 +19,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from infbench.report.charts import page_head
+from infbench.report.charts import Axis, Chart, Series, page_head, render
 from infbench.store import open_store
 from infbench.sweep.analysis import analyse
 from infbench.sweep.html import sweep_html
@@ -97,6 +98,7 @@ def test_sweep_pages_mark_the_knee_and_the_goodput_maximum_or_say_there_is_no_kn
     found = check_page(pages["sweep"])
     labels = " ".join(found["ticks"])
     assert "knee (c=" in labels and "goodput max (" in labels
+    assert {"1", "2", "4", "8"} <= set(found["ticks"]), "concurrency on a log axis ticks at powers of 2"
     text = pages["sweep_not_saturated"].read_text()
     found = check_page(pages["sweep_not_saturated"])
     assert "knee (" not in " ".join(found["ticks"])
@@ -109,6 +111,8 @@ def test_charts_answer_hover_zoom_and_legend_clicks(pages: dict[str, Path]) -> N
         assert len(found["interact"]) == found["charts"]
         for chart in found["interact"]:
             assert chart["values"][0] != "-" and any(v != "-" for v in chart["values"][1:]), chart
+            if name == "sweep" and "tokens/s" in chart["values"][0]:
+                assert " · c=" in chart["values"][0] or " req/s" in chart["values"][0], chart  # the load
             lo, hi = chart["before"]
             zlo, zhi = chart["zoomed"]
             assert lo < zlo < zhi < hi and zhi - zlo < 0.5 * (hi - lo), chart
@@ -128,3 +132,21 @@ def test_tick_labels_read_as_numbers(tmp_path: Path) -> None:
     got = json.loads(html.unescape(re.search(r"<pre id=\"out\">(.*?)</pre>", dom, re.S).group(1)))
     assert got == [["0", "500", "1,000", "1,500"], ["0", "5k", "10k", "15k"], ["0", "0.25", "0.50"],
                    ["2M", "4M"], ["-1,500", "0", "1,500"], ["1,235", "15.3k", "0.000123", "7", "-"]]
+
+
+def test_the_check_sees_overlapping_clipped_and_loaded(tmp_path: Path) -> None:
+    """The layout check is not blind: text over text, a caption pushed over its plot, an axis
+    title longer than the plot and an image fetched from the network are all reported."""
+    x = np.arange(10.0)
+    chart = Chart("pushed down", Axis("time", "s"), [Axis("a title much longer than any plot is high " * 3, "ms")],
+                  [Series("s", x, x * 1500)])
+    probe = tmp_path / "bad.html"
+    probe.write_text(
+        f"<!doctype html><html><head>{page_head()}<style>figcaption{{position:relative;top:120px}}"
+        ".a{position:absolute;top:5px;left:5px}</style></head><body><span class='a'>first</span>"
+        f"<span class='a'>second</span><img src='http://127.0.0.1:9/x.png'>{render([chart])}</body></html>")
+    found = check_page(probe)
+    kinds = {o[0] for o in found["overlaps"]}
+    assert {"page", "page over chart"} <= kinds, found["overlaps"]
+    assert found["clipped"] and found["resources"] == ["http://127.0.0.1:9/x.png"]
+    assert "10.0k" in found["ticks"] and not any("e+" in t for t in found["ticks"])

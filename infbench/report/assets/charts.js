@@ -86,14 +86,19 @@
   function xScale(spec) {
     const x = spec.x, data = spec.data[0];
     const lo = data[0], hi = data[data.length - 1];
+    const dots = spec.series.some((s) => s.markers); // room for the first and last dot
     if (x.log) {
       return { distr: 3, log: 2, range: (u, min, max) =>
-        (min === lo && max === hi ? uPlot.rangeLog(min, max, 2, true) : [min, max]) };
+        (min === lo && max === hi ? (dots ? [min / 1.15, max * 1.15] : uPlot.rangeLog(min, max, 2, true))
+          : [min, max]) };
     }
     return {
       time: false,
       range: (u, min, max) => {
-        if (x.range && min === lo && max === hi) return x.range; // whole bars of a histogram
+        if (min === lo && max === hi) {
+          if (x.range) return x.range; // whole bars of a histogram
+          if (dots && max > min) return [min - (max - min) * 0.03, max + (max - min) * 0.03];
+        }
         return max > min ? [min, max] : [min - 1, max + 1];
       },
     };
@@ -109,8 +114,8 @@
       Object.assign(o, { paths: uPlot.paths.bars({ size: [1, Infinity], gap: 1 }), fill: s.color + "cc",
                          width: 0, points: { show: false } });
     } else if (s.style === "points") {
-      Object.assign(o, { paths: () => null,
-                         points: { show: true, size: 3, width: 0, fill: s.color, stroke: s.color, space: 0 } });
+      Object.assign(o, { paths: () => null, points: { show: true, size: s.markers ? 8 : 3, width: 0,
+                                                       fill: s.color, stroke: s.color, space: 0 } });
     } else if (s.style === "step") {
       Object.assign(o, { paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } });
     } else {
@@ -120,8 +125,15 @@
     return o;
   }
 
+  function pow2Splits(u, ai, min, max) {
+    const out = [];
+    for (let e = Math.ceil(Math.log2(min) - 1e-9); Math.pow(2, e) <= max * (1 + 1e-9); e++) out.push(Math.pow(2, e));
+    return out;
+  }
+
   function axis(a, side, grid, log) {
-    return {
+    const splits = log ? { splits: pow2Splits } : {};
+    return { ...splits,
       scale: side === 1 ? "y2" : side === 2 ? "x" : "y", side, label: axisTitle(a), labelSize: 18,
       labelFont: LABEL_FONT, font: FONT, size: axisSize, gap: 5, space: side === 2 ? 70 : 36,
       grid: { show: grid, stroke: "#eee", width: 1 }, ticks: { stroke: "#ccc", width: 1, size: 5 },
@@ -169,7 +181,8 @@
       padding: [10 + (marks.length ? ROW * marks.length : 0), hasY2 ? null : 18, null, null],
       scales: { x: xScale(spec), y: { range: yRange(spec.y[0]) } },
       axes: [axis(spec.x, 2, true, spec.x.log), axis(spec.y[0], 3, true, false)],
-      series: [{ label: axisTitle(spec.x), value: (u, v) => (v == null ? "-" : fmt(v) + " " + spec.x.unit) }]
+      series: [{ label: axisTitle(spec.x), value: (u, v, si, i) => (v == null ? "-" : fmt(v) + " " + spec.x.unit
+                 + (spec.x.names && i != null ? " · " + spec.x.names[i] : "")) }]
         .concat(spec.series.map((s) => seriesOpts(s, spec))),
       cursor: { drag: { x: true, y: false } },
       legend: { live: true },

@@ -111,3 +111,14 @@ def test_page_head_inlines_uplot_and_the_chart_code() -> None:
     assert "uPlot" in head and "infbenchCharts" in head and ".uplot" in head
     assert not re.search(r"""(src|href)\s*=|<link|@import|url\(""", head)
     assert 50_000 < len(head) < 80_000
+
+
+def test_point_names_follow_the_sorted_x_and_need_one_shared_x() -> None:
+    x = np.array([3.0, 1.0, 2.0])
+    c = Chart("c", T, [Axis("a", "ms")], [Series("s", x, x * 2, style="points", markers=True)],
+              point_names=["c=3", "c=1", "c=2"])
+    spec = c.spec("x")
+    assert spec["x"]["names"] == ["c=1", "c=2", "c=3"] and spec["data"][1] == [2.0, 4.0, 6.0]
+    bad = Chart("c", T, [Axis("a", "ms")], [Series("s", x, x), Series("t", x + 1, x)], point_names=["a"] * 3)
+    with pytest.raises(ValueError, match="point names"):
+        bad.spec("x")
