@@ -35,7 +35,7 @@ import numpy as np
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 STYLES = ("line", "step", "bars", "points")
 
-CSS = (".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:18px 24px}"
+CSS = (".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(560px,100%),1fr));gap:18px 24px}"
        ".chart{margin:0;min-width:0}.chart.wide{grid-column:1/-1}"
        ".chart figcaption{font-weight:bold;font-size:14px;margin-bottom:2px}"
        ".chart .note{font-size:12px;color:#555;margin:0 0 4px}.chart .plot{width:100%}"
