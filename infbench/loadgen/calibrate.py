@@ -100,6 +100,12 @@ async def tokenize_count(session: aiohttp.ClientSession, url: str, model: str, h
     return _int_field(doc, "count")
 
 
+async def _retry(count: Any, arg: Any) -> int | None:
+    """One count, asked again once if the target gave none."""
+    n = await count(arg)
+    return n if n is not None else await count(arg)
+
+
 def _fit(points: list[tuple[int, int, int]]) -> tuple[float, float, float] | None:
     """Least-squares (overhead, per_word, per_letter) from (words, letters, count) points."""
     a = np.array([[1.0, w, ltr] for w, ltr, _ in points])
@@ -122,10 +128,13 @@ async def calibrate(counter: Counter, max_model_len: int | None) -> TokenModel:
     shapes = [_cycle(_SHORT, 8), _cycle(_LONG, 8), _cycle(_SHORT, 40), _cycle(_LONG, 40), _mixed(3, 24)]
     points = []
     for text in shapes:
-        n = await counter.prompt(text)
-        if n is None:
-            return TokenModel()
-        points.append((*content_features(text), n))
+        # A probe the target failed (an overloaded or fault-injecting server) is left out; the
+        # fit needs three of the five shapes.
+        n = await _retry(counter.prompt, text)
+        if n is not None:
+            points.append((*content_features(text), n))
+    if len(points) < 3:
+        return TokenModel()
     fitted = _fit(points)
     if fitted is None:
         return TokenModel()
@@ -133,16 +142,24 @@ async def calibrate(counter: Counter, max_model_len: int | None) -> TokenModel:
     model = TokenModel(per_word=per_word, overhead=overhead, per_letter=per_letter,
                        source="tokenize" if counter.tokenize else "measured")
     x, y, z = _mixed(7, 12), _mixed(8, 9), _mixed(9, 15)
-    one = await counter.messages([{"role": "user", "content": x}])
-    three = await counter.messages([{"role": "user", "content": x}, {"role": "assistant", "content": y},
-                                    {"role": "user", "content": z}])
+    one = await _retry(counter.messages, [{"role": "user", "content": x}])
+    three = await _retry(counter.messages, [{"role": "user", "content": x}, {"role": "assistant", "content": y},
+                                             {"role": "user", "content": z}])
     if one is not None and three is not None:
         first = one - model.content_tokens(x)
         turn = three - first - sum(model.content_tokens(t) for t in (x, y, z))
         model = replace(model, template_first=_clean(first), template_turn=_clean(turn))
     if counter.tokenize and await _matches(counter, model):
         return replace(model, exact=True)
-    return replace(model, corrections=await _ladder(counter, model, max_model_len))
+    # Long prompts pin the slope better than the short shapes: refit on every point, then keep
+    # what the refit still misses at each ladder length as that length's correction.
+    ladder = await _ladder(counter, model, max_model_len)
+    refit = _fit(points + [p for _, p in ladder])
+    if refit is not None:
+        overhead, per_word, per_letter = (_clean(v) for v in refit)
+        model = replace(model, overhead=overhead, per_word=per_word, per_letter=per_letter)
+    corrections = tuple((float(length), n - model.predict_features(w, ltr)) for length, (w, ltr, n) in ladder)
+    return replace(model, corrections=corrections)
 
 
 async def _matches(counter: Counter, model: TokenModel) -> bool:
@@ -157,8 +174,9 @@ async def _matches(counter: Counter, model: TokenModel) -> bool:
     return await counter.messages(msgs) == round(want)
 
 
-async def _ladder(counter: Counter, model: TokenModel, max_model_len: int | None) -> tuple[tuple[float, float], ...]:
-    """(length, server count - model count) for prompts sized to each ladder length."""
+async def _ladder(counter: Counter, model: TokenModel,
+                  max_model_len: int | None) -> list[tuple[int, tuple[int, int, int]]]:
+    """(length, (words, letters, server count)) for prompts sized to each ladder length."""
     limit = (max_model_len - 8) if max_model_len else UNKNOWN_LIMIT
     out = []
     rng = np.random.default_rng(21)
@@ -166,8 +184,8 @@ async def _ladder(counter: Counter, model: TokenModel, max_model_len: int | None
         if length > limit:
             break
         text = model.text_for(rng, length)
-        n = await counter.prompt(text)
+        n = await _retry(counter.prompt, text)
         if n is None:
-            break  # too long for the server after all: keep what was measured
-        out.append((float(length), float(n) - model.predict(text)))
-    return tuple(out)
+            continue  # too long for the server after all, or a failed probe: not measured
+        out.append((length, (*content_features(text), n)))
+    return out

@@ -18,7 +18,6 @@ that stopped answering) stops a conversation between turns.
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import time
 from collections import deque
@@ -32,26 +31,23 @@ import numpy as np
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
 from infbench.loadgen.calibrate import Counter
-from infbench.loadgen.client import RawResponse, arrival_times, make_pool, retime, stream_post
+from infbench.loadgen.client import RawResponse, make_pool, stream_post
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.pacer import Pacer
+from infbench.loadgen.rows import parse_now, parse_stream, request_row
 from infbench.loadgen.scrape import Scraper
 from infbench.loadgen.seeds import Streams, new_salt
 from infbench.loadgen.sizing import Sizer
-from infbench.loadgen.sse import FastParser, ParsedStream, StreamParser
+from infbench.loadgen.sse import ParsedStream
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
 from infbench.loadgen.workloads.prompts import TokenModel
 from infbench.store.writer import ArrayBuffer, BatchWriter, ColumnBuffer
 
 CHUNK_BATCH_ROWS = 65536
 REQUEST_BATCH_ROWS = 2048
-_PARSE_SLICE = 4096  # reads parsed between yields to the event loop (per-event parser)
 _SPIN_S = 0.002
 _PREWARM_OPEN_LOOP = 32
 _PREWARM_MAX = 1024  # connections opened before the clock starts
-# Below this many body bytes (some 30 events) the per-event parser is cheaper than the array
-# parser's fixed cost (both give the same result; tests/unit/loadgen/test_fast_parse.py).
-_FAST_MIN_BYTES = 4096
 _CONNECTION_ERRORS = {"connection_refused", "connection_reset", "connection_error"}
 # Finished streams waiting beyond this many (the client is saturated) get the recorder the
 # next turn of every loop iteration until the backlog is short again, so memory stays bounded.
@@ -449,44 +445,7 @@ class Runner:
                            f"connection failures in a row, last: {error_class})")
 
     async def _parse(self, raw: RawResponse) -> ParsedStream:
-        fast = self._fast_parser(raw, self.workload.needs_text)
-        if fast is not None:
-            while fast.feed():
-                if fast.finished:
-                    return fast.finish()
-                await asyncio.sleep(0)  # a 32K-token stream must not freeze the other streams' clocks
-        read_ns, reads = retime(raw)
-        if len(reads) <= _PARSE_SLICE:
-            return self._parse_now(raw, self.workload.needs_text, try_fast=False)
-        parser = StreamParser(self.workload.needs_text)
-        for i in range(0, len(reads), _PARSE_SLICE):
-            for t, data in zip(read_ns[i : i + _PARSE_SLICE], reads[i : i + _PARSE_SLICE], strict=True):
-                parser.feed(t, data)
-            await asyncio.sleep(0)
-        return parser.finish(b"".join(reads))
-
-    @staticmethod
-    def _fast_parser(raw: RawResponse, need_text: bool) -> FastParser | None:
-        """The array parser for streams long enough to repay its fixed cost, else None."""
-        if need_text or not raw.reads:
-            return None
-        body = raw.reads[0] if len(raw.reads) == 1 else b"".join(raw.reads)
-        if len(body) < _FAST_MIN_BYTES:
-            return None
-        return FastParser(body, functools.partial(arrival_times, raw))
-
-    @classmethod
-    def _parse_now(cls, raw: RawResponse, need_text: bool, try_fast: bool = True) -> ParsedStream:
-        fast = cls._fast_parser(raw, need_text) if try_fast else None
-        if fast is not None:
-            while fast.feed():
-                if fast.finished:
-                    return fast.finish()
-        read_ns, reads = retime(raw)
-        parser = StreamParser(need_text)
-        for t, data in zip(read_ns, reads, strict=True):
-            parser.feed(t, data)
-        return parser.finish(b"".join(reads))
+        return await parse_stream(raw, self.workload.needs_text)
 
     # -- rows --------------------------------------------------------------------------
     def _record(self, idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse, p: ParsedStream) -> None:
@@ -500,36 +459,10 @@ class Runner:
                 "t_ns": np.asarray(p.t_ns, dtype=np.int64) - t0,
                 "read_idx": p.read_idx, "nbytes": p.nbytes, "content": p.content,
                 "coalesced": p.coalesced})
-        out_tokens, out_source = p.output_tokens
-        usage = p.usage or {}
-        self._sizer.observe(spec, usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None)
-        details = usage.get("prompt_tokens_details") or {}
-
-        def rel(t: int | None) -> int | None:
-            return None if t is None or t == 0 else t - t0
-
-        self._requests.append({
-            "request_idx": idx, "label": spec.label,
-            "phase": "warmup" if intended_ns - t0 < self.s.warmup_s * 1e9 else "measure",
-            "conversation_id": spec.conversation_id, "turn": spec.turn,
-            "intended_send_ns": intended_ns - t0, "send_ns": rel(raw.send_ns),
-            "headers_ns": rel(raw.headers_ns), "first_chunk_ns": rel(p.first_chunk_ns),
-            "first_content_ns": rel(p.first_content_ns), "last_content_ns": rel(p.last_content_ns),
-            "last_chunk_ns": rel(p.last_chunk_ns), "end_ns": rel(raw.end_ns),
-            "last_choices_ns": rel(p.last_choices_ns), "usage_ns": rel(p.usage_ns), "done_ns": rel(p.done_ns),
-            "status_code": raw.status, "error_class": error_class, "error_message": error_message,
-            "target_input_tokens": spec.target_input_tokens,
-            "prompt_tokens": usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None,
-            "prompt_tokens_source": "usage" if isinstance(usage.get("prompt_tokens"), int) else None,
-            "max_tokens": spec.max_tokens,
-            "output_tokens": out_tokens if raw.status == 200 else 0,
-            "output_tokens_source": out_source if raw.status == 200 else None,
-            "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
-            "num_chunks": n, "num_content_chunks": p.num_content, "num_reads": p.num_reads,
-            "coalesced_chunks": p.num_coalesced, "response_bytes": p.response_bytes,
-            "finish_reason": p.finish_reason, "response_id": p.response_id,
-            "server_request_id": raw.server_request_id,
-        })
+        row = request_row(idx, spec, intended_ns, raw, p, t0=t0, warmup_s=self.s.warmup_s,
+                          error_class=error_class, error_message=error_message)
+        self._sizer.observe(spec, row["prompt_tokens"])
+        self._requests.append(row)
         st = self.stats
         st.recent_done_ns.append(raw.end_ns or time.monotonic_ns())
         if error_class is None:
@@ -571,6 +504,6 @@ class Runner:
     def _flush_all(self) -> None:
         while self._backlog:
             idx, spec, intended_ns, raw = self._backlog.popleft()
-            self._record(idx, spec, intended_ns, raw, self._parse_now(raw, self.workload.needs_text))
+            self._record(idx, spec, intended_ns, raw, parse_now(raw, self.workload.needs_text))
         for buf in (self._chunks, self._requests, self._metrics, self._steps, self._client):
             self.writer.put_buffer(buf)

@@ -89,6 +89,9 @@ class TokenModel:
     def predict(self, text: str) -> float:
         return self.overhead + self.content_tokens(text)
 
+    def predict_features(self, words: int, letters: int) -> float:
+        return self.overhead + self.per_word * words + self.per_letter * letters
+
     def correction(self, tokens: float) -> float:
         pts = self.corrections
         if not pts:

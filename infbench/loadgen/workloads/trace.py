@@ -136,7 +136,7 @@ def _jsonl(fh: Any, name: str) -> Iterator[Any]:
             continue
         n += 1
         try:
-            yield json.loads(line)
+            yield json.loads(line.strip())
         except ValueError as exc:
             raise ValueError(f"trace: {name} row {n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
 
