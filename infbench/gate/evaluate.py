@@ -177,7 +177,7 @@ def _describe(rule: Rule, paired: bool) -> str:
     what = "ratio" if rule.relative else "difference"
     if family == "step":
         return f"{what} of the runs' step {rule.statistic}, block bootstrap of each run's steps"
-    stat = "rate (tokens or requests over their time in flight)" if family == "rate" else rule.statistic
+    stat = "steady rate (without the run's fill and drain)" if family == "rate" else rule.statistic
     how = "bootstrap of request pairs" if paired else "bootstrap of each run's requests"
     return f"{what} of the runs' {stat}, {how}, widened for requests in flight together"
 

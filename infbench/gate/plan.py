@@ -57,7 +57,8 @@ def _size_needed(margin: float, sigma: float, n_base: float, noise: float, z: fl
 def plan_rule(rule: Rule, base: RunSamples, settings: GateSettings, change: float, power: float,
               rng: np.random.Generator) -> PlanRow:
     family = METRICS[rule.metric].family
-    rate = base.n_requests / max(base.window_s[1] - base.window_s[0], 1e-9)  # requests/s
+    span = max(base.window_s[1] - base.window_s[0], 1e-9)
+    rate = base.n_requests / span  # requests/s
     unit = "steps" if family == "step" else "requests"
     row = PlanRow(rule.label, unit, None, 0.0, None, None, None, None, None, "")
     try:
@@ -82,7 +83,6 @@ def plan_rule(rule: Rule, base: RunSamples, settings: GateSettings, change: floa
         clear = None if clear is None else max(clear, settings.min_requests)
     row.baseline_value, row.baseline_size, row.relative_se = est.value, size, rel_se
     row.to_detect, row.to_clear = detect, clear
-    span = max(base.window_s[1] - base.window_s[0], 1e-9)
     per_second = {"requests": rate, "steps": est.n / span}[unit]
     row.seconds_to_detect = detect / per_second if detect is not None else None
     row.seconds_to_clear = clear / per_second if clear is not None else None

@@ -14,9 +14,11 @@ A rules file is TOML::
     [[rule]]
     metric = "e2el"              # see METRICS
     statistic = "p50"            # mean | median | pNN for latencies; throughput | goodput for rates
-    max_regression = "5%"        # relative, or an absolute amount in the metric's unit ("3ms", 12.5)
+    max_regression = "5%"        # relative, or an absolute amount in the metric's unit ("3ms", 12.5);
+                                 # printed as the limit on the change: <= +5% (or >= -5% when
+                                 # higher is better)
     direction = "lower"          # which way is better; defaults per metric
-    method = "bootstrap"         # or "rank" (Hodges-Lehmann / Mann-Whitney; p50 of per-request metrics)
+    method = "bootstrap"         # or "rank": a location shift (p50 of per-request metrics; README)
     slo = "ttft=500ms,tpot=50ms" # goodput only; default: the runs' own --slo
     run_noise = "0%"             # this statistic's own run-to-run drift (default: [gate]'s)
 

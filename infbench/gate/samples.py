@@ -53,10 +53,6 @@ class RunSamples:
     def n_requests(self) -> int:
         return int(self.done_s.size)
 
-    @property
-    def span_s(self) -> float:
-        return max(self.window_s[1] - self.window_s[0], 0.0)
-
     def finite(self, metric: str) -> np.ndarray:
         v = self.per_request[metric]
         return v[np.isfinite(v)]
