@@ -35,8 +35,7 @@ STRANDED_CLASSES = ("timeout", "truncated_sse", "connection_reset", "cancelled")
 
 STRANDED_SQL = """
 WITH gaps AS (
-  SELECT coalesce(quantile_cont(itl_ms, 0.99), 0) AS p99 FROM itl
-  WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced
+  SELECT $p99_gap_ms AS p99  -- the run's p99 gap (itl view), from the playbook's baseline
 ), stop AS (
   SELECT coalesce((SELECT max(t_ns) FROM chunks WHERE run_id = $run_id AND content),
                   (SELECT min(send_ns) FROM requests WHERE run_id = $run_id)) AS stop_ns,
@@ -121,11 +120,11 @@ class Stop:
         return bool(e["scrapes_after_stop"]) and pending > 0 and e["tokens_generated_after_stop"] == 0
 
 
-def measure(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int) -> Stop:
+def measure(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, p99_gap_ms: float) -> Stop:
     classes = "(" + ", ".join(f"'{c}'" for c in STRANDED_CLASSES) + ")"
     sql, row = fetch_one(con, STRANDED_SQL.replace("$classes", classes), run_id=run_id,
                          quiet_min_ns=int(QUIET_MIN_S * 1e9),
-                         streaming_min_ns=int(STREAMING_MIN_S * 1e9))
+                         streaming_min_ns=int(STREAMING_MIN_S * 1e9), p99_gap_ms=float(p99_gap_ms))
     cols = ["stop_ns", "any_token", "quiet_ns", "stranded", "in_flight_at_stop",
             "sent_after_stop", "never_got_a_token", "timed_out", "cut_off", "cancelled",
             "last_stranded_end_ns", "longest_wait_ns", "examples", "completed", "requests"]
@@ -157,8 +156,9 @@ def _last_step(stop: Stop) -> tuple[str, dict[str, Any]]:
 
 
 def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int,
-                           has_steps: bool) -> Finding | None:
-    stop = measure(con, run_id, t0_ns)
+                           has_steps: bool, p99_gap_ms: float) -> Finding | None:
+    """`p99_gap_ms`: the run's p99 inter-token gap (0 when it has none)."""
+    stop = measure(con, run_id, t0_ns, p99_gap_ms)
     v, e = stop.values, stop.engine
     if not v["stranded"] or (v["stranded"] < 2 and not stop.confirmed_by_engine):
         return None

@@ -113,12 +113,19 @@ def _refine(t: np.ndarray, c: float) -> float:
     periods = (t[-1] - t[0]) / c
     if periods < 3:
         return c
-    # Steps fine enough that the phase at the far end moves by 1/40 period per step.
-    steps = int(min(2 * periods * _REFINE * 40, 4000)) | 1
     sub = t if len(t) <= _REFINE_EVENTS else t[np.linspace(0, len(t) - 1, _REFINE_EVENTS).astype(int)]
-    ps = c * (1 + np.linspace(-_REFINE, _REFINE, steps))
-    z = np.abs(np.exp(2j * np.pi * (sub[None, :] - sub[0]) / ps[:, None]).sum(axis=1))
-    return float(ps[int(np.argmax(z))])
+    x = sub - sub[0]
+
+    def best(ps: np.ndarray) -> float:
+        z = np.abs(np.exp(2j * np.pi * x[None, :] / ps[:, None]).sum(axis=1))
+        return float(ps[int(np.argmax(z))])
+
+    # Coarse: the phase at the far end moves by 1/10 period per step (the concentration
+    # peak is about one period wide there); then fine, 1/40 period, around the coarse best.
+    coarse = c * (1 + np.linspace(-_REFINE, _REFINE, int(min(2 * periods * _REFINE * 10, 1000)) | 1))
+    p = best(coarse)
+    step = float(coarse[1] - coarse[0]) if len(coarse) > 1 else 0.0
+    return best(np.linspace(p - step, p + step, 9))
 
 
 def _density(e: np.ndarray, share: float, period: float, s: float) -> tuple[np.ndarray, np.ndarray]:

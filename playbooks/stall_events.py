@@ -29,13 +29,14 @@ _MIN_RATIO = 3.0
 # (ITL SLOs start around 50-100 ms). `min_stall_ms` overrides it for small fast models.
 DEFAULT_MIN_STALL_MS = 50.0
 
-BASELINE_SQL = """
-SELECT count(*) AS gaps, median(itl_ms) AS median_ms, mad(itl_ms) AS mad_ms,
-       quantile_cont(itl_ms, 0.90) AS p90_ms, quantile_cont(itl_ms, 0.99) AS p99_ms,
-       max(itl_ms) AS max_ms,
-       (SELECT count(*) FROM itl WHERE run_id = $run_id AND coalesced) AS coalesced_chunks
-FROM itl
-WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced
+# Every measurable gap of the run (the itl view: a read's gap spread over its events; one
+# row per read, the first of a request excluded). The baseline and the tail shares are both
+# computed from these rows, so the view is evaluated once.
+GAPS_SQL = """
+SELECT t_ns, itl_ms FROM itl WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced
+"""
+COALESCED_SQL = """
+SELECT count(*) AS coalesced_chunks FROM chunks WHERE run_id = $run_id AND content AND coalesced
 """
 
 # One row per stall event. Gaps are clustered by their end time: an engine-wide pause ends
@@ -111,6 +112,13 @@ SELECT t_ns, loop_lag_ms FROM client_samples WHERE run_id = $run_id ORDER BY t_n
 
 
 @dataclass
+class Gaps:
+    t_ns: np.ndarray      # when the gap ended (the read that ended it)
+    itl_ms: np.ndarray
+    sql: str
+
+
+@dataclass
 class Baseline:
     gaps: int
     median_ms: float
@@ -120,7 +128,7 @@ class Baseline:
     max_ms: float
     coalesced_chunks: int
     threshold_ms: float
-    sql: str
+    sql: str              # the rows these were computed from (GAPS_SQL, rendered)
 
     def values(self) -> dict[str, Any]:
         return {k: (round(v, 3) if isinstance(v, float) else v)
@@ -156,15 +164,24 @@ class Events:
         return np.flatnonzero(m)
 
 
-def baseline(con: duckdb.DuckDBPyConnection, run_id: str,
+def load_gaps(con: duckdb.DuckDBPyConnection, run_id: str) -> Gaps:
+    sql, cols = fetch_numpy(con, GAPS_SQL, run_id=run_id)
+    return Gaps(np.asarray(cols["t_ns"], dtype=np.int64), np.asarray(cols["itl_ms"], dtype=float), sql)
+
+
+def baseline(con: duckdb.DuckDBPyConnection, run_id: str, gaps: Gaps,
              min_stall_ms: float = DEFAULT_MIN_STALL_MS) -> Baseline | None:
-    sql, row = fetch_one(con, BASELINE_SQL, run_id=run_id)
-    if not row or not row[0] or row[1] is None:
+    """Median, MAD (unscaled, as DuckDB's mad()), quantiles (linear, as quantile_cont) of
+    the run's gaps, and the stall threshold from them; None when there are no gaps."""
+    x = gaps.itl_ms
+    if not len(x):
         return None
-    gaps, med, mad, p90, p99, mx, coal = row
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med)))
+    p90, p99 = (float(v) for v in np.quantile(x, [0.90, 0.99]))
+    _, row = fetch_one(con, COALESCED_SQL, run_id=run_id)
     thr = max(_MIN_RATIO * med, med + _SIGMAS * _MAD_SIGMA * mad, min_stall_ms)
-    return Baseline(int(gaps), float(med), float(mad), float(p90), float(p99), float(mx),
-                    int(coal), float(thr), sql)
+    return Baseline(len(x), med, mad, p90, p99, float(x.max()), int(row[0]), float(thr), gaps.sql)
 
 
 def find_events(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, base: Baseline,

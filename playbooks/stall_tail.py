@@ -9,11 +9,8 @@ import duckdb
 import numpy as np
 
 from playbooks.sql import fetch_numpy
-from playbooks.stall_events import Events
+from playbooks.stall_events import Events, Gaps
 
-GAPS_SQL = """
-SELECT t_ns, itl_ms FROM itl WHERE run_id = $run_id AND itl_ms IS NOT NULL AND NOT coalesced
-"""
 TOKENS_SQL = "SELECT t_ns FROM chunks WHERE run_id = $run_id AND content ORDER BY t_ns"
 
 
@@ -29,11 +26,8 @@ class Tail:
 class GapIndex:
     """Every non-coalesced gap with the stall event it belongs to (-1 for none)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str, ev: Events,
-                 threshold_ms: float) -> None:
-        self.sql, cols = fetch_numpy(con, GAPS_SQL, run_id=run_id)
-        self.itl = np.asarray(cols["itl_ms"], dtype=float)
-        t = np.asarray(cols["t_ns"], dtype=np.int64)
+    def __init__(self, gaps: Gaps, ev: Events, threshold_ms: float) -> None:
+        self.sql, self.itl, t = gaps.sql, gaps.itl_ms, gaps.t_ns
         self.event = np.full(len(t), -1, dtype=np.int64)
         big = self.itl > threshold_ms
         if len(ev):

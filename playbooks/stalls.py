@@ -18,7 +18,15 @@ from playbooks.engine_stopped import engine_stopped_finding
 from playbooks.findings import Diagnosis, Evidence
 from playbooks.periodic_sources import rank_sources
 from playbooks.server_view import decode_vs_roofline, ttft_split
-from playbooks.stall_events import DEFAULT_MIN_STALL_MS, Baseline, Events, baseline, find_events
+from playbooks.stall_events import (
+    DEFAULT_MIN_STALL_MS,
+    Baseline,
+    Events,
+    Gaps,
+    baseline,
+    find_events,
+    load_gaps,
+)
 from playbooks.stall_findings import (
     engine_wide_finding,
     hol_finding,
@@ -61,12 +69,14 @@ def diagnose_stalls(con: duckdb.DuckDBPyConnection, run_ref: str,
     if not ctx.has_steps:
         diag.notes.append("No engine step log: causes are inferred from the client timeline "
                           "alone (record /engine/steps or a profiler trace to confirm them).")
+    gaps = load_gaps(con, ctx.run_id)
+    base = baseline(con, ctx.run_id, gaps, opts.min_stall_ms)
     # First: did the engine stop altogether? A hang leaves no gap to measure (the stranded
     # requests never got another token), so the stall checks below cannot see it.
-    stopped = engine_stopped_finding(con, ctx.run_id, ctx.t0_ns, ctx.has_steps)
+    stopped = engine_stopped_finding(con, ctx.run_id, ctx.t0_ns, ctx.has_steps,
+                                     base.p99_ms if base is not None else 0.0)
     if stopped is not None:
         diag.findings.append(stopped)
-    base = baseline(con, ctx.run_id, opts.min_stall_ms)
     if base is None:
         diag.notes.append("No inter-token gaps in this run (no request streamed two content "
                           "chunks): nothing to diagnose.")
@@ -75,14 +85,14 @@ def diagnose_stalls(con: duckdb.DuckDBPyConnection, run_ref: str,
     diag.context["bimodal_itl"] = BIMODAL_NOTE
     ev = find_events(con, ctx.run_id, ctx.t0_ns, base, ctx.has_steps,
                      ctx.counts["client_samples"] > 0)
-    prefill_tail = _stall_findings(con, ctx, base, ev, diag)
+    prefill_tail = _stall_findings(con, ctx, base, gaps, ev, diag)
     _prefill_findings(con, ctx, opts, diag, prefill_tail)
     _server_findings(con, ctx, diag)
     return diag
 
 
-def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Baseline, ev: Events,
-                    diag: Diagnosis) -> tuple[int, Tail | None]:
+def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Baseline,
+                    all_gaps: Gaps, ev: Events, diag: Diagnosis) -> tuple[int, Tail | None]:
     """Adds the engine-wide and private stall findings; returns the prefill-step events
     (count, tail share) for the prefill check."""
     kinds = {k: int(np.sum(ev.kind == k)) for k in ("engine_wide", "private", "undetermined")}
@@ -91,7 +101,7 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
                                     "by_cause": causes}
     if not len(ev):
         return 0, None
-    gaps = GapIndex(con, ctx.run_id, ev, base.threshold_ms)
+    gaps = GapIndex(all_gaps, ev, base.threshold_ms)
     cross = Evidence("cross_request_test", {**kinds, "threshold_ms": round(base.threshold_ms, 2)},
                      ev.sql, "per event: requests streaming across it (n_active) vs those that "
                      "received a token during it (n_progressing); none progressing = engine-wide")

@@ -120,3 +120,25 @@ def test_timer_stall_reported_in_seconds_and_steps_on_one_grid(tmp_path: Path, e
     # Steps, seconds and tokens advance in lockstep here: the playbook must say it cannot
     # tell the clocks apart rather than pick one.
     assert "cannot tell these sources apart" in f.summary
+
+
+def test_baseline_numbers_are_those_duckdb_gives_over_the_itl_view(tmp_path: Path) -> None:
+    # The baseline is computed in numpy from the rows of GAPS_SQL (the itl view is
+    # evaluated once); DuckDB's own aggregates over the same rows must give the same numbers.
+    con = open_store(tmp_path / "s.duckdb")
+    try:
+        write_timeline(con, requests=20, concurrency=5, tokens=90, stall_every=17, stall_ms=75,
+                       client_hold_every=5, client_hold_ms=17, private={4: (30, 300.0)})
+        diag = diagnose_stalls(con, "last")
+        row = con.execute("""
+            SELECT count(*), median(itl_ms), mad(itl_ms), quantile_cont(itl_ms, 0.9),
+                   quantile_cont(itl_ms, 0.99), max(itl_ms),
+                   (SELECT count(*) FROM itl WHERE coalesced)
+            FROM itl WHERE itl_ms IS NOT NULL AND NOT coalesced""").fetchone()
+    finally:
+        con.close()
+    base = diag.context["itl_baseline"]
+    got = [base[k] for k in ("gaps", "median_ms", "mad_ms", "p90_ms", "p99_ms", "max_ms",
+                             "coalesced_chunks")]
+    assert got == pytest.approx([round(float(v), 3) for v in row], abs=1e-3)
+    assert base["coalesced_chunks"] > 0 and base["mad_ms"] > 0
