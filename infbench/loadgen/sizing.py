@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from infbench.loadgen.workloads.base import RequestSpec
 from infbench.loadgen.workloads.prompts import TokenModel
 
-ROUNDS = 4  # counts per prompt at most: an additive tokenizer lands in one or two
+ROUNDS = 6  # counts per prompt at most: an additive tokenizer lands in one or two
 
 CountFn = Callable[[RequestSpec], Awaitable["int | None"]]
 
@@ -109,6 +109,10 @@ class Sizer:
         assert self.count is not None and spec.fill is not None and spec.target_input_tokens is not None
         target = spec.target_input_tokens
         best: tuple[int, str, tuple[int, int]] | None = None
+        a, b = spec.fill
+        goal = self.model.content_tokens(_text(spec)[a:b])  # what the body is fitted to, in model units
+        lo: float | None = None  # goals whose count was below the target, and above it
+        hi: float | None = None
         for _ in range(ROUNDS):
             self.stats.counted += 1
             n = await self.count(spec)
@@ -120,8 +124,15 @@ class Sizer:
                 best = (err, _text(spec), spec.fill)
             if err == 0:
                 return
-            a, b = spec.fill
-            self._refit(spec, self.model.content_tokens(_text(spec)[a:b]) - err)
+            # The goal moves by the server's error; once goals on both sides of the target are
+            # known (a count that rounds, as a quarter token per byte does, can jump over it),
+            # it bisects between them.
+            if err < 0:
+                lo = goal if lo is None else max(lo, goal)
+            else:
+                hi = goal if hi is None else min(hi, goal)
+            goal = (lo + hi) / 2 if lo is not None and hi is not None else goal - err
+            self._refit(spec, goal)
         if best is not None:
             if best[0] != 0:
                 self.stats.off_target += 1

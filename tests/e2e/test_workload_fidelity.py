@@ -112,6 +112,20 @@ def test_without_tokenize_the_mean_is_within_two_percent(mock: str, tmp_path: Pa
     assert max(abs(t - n) for t, n in got) <= max(3, 0.01 * max(t for t, _ in got))
 
 
+@pytest.mark.parametrize(("endpoint", "lengths"), [("completions", "uniform:40:3000"), ("chat", "900")])
+def test_a_server_that_counts_but_not_per_word_gets_exact_prompts(slow_mock: str, tmp_path: Path, endpoint: str,
+                                                                 lengths: str) -> None:
+    """The mock with --tokenize counts a quarter token per byte, rounded down: no word model
+    predicts it exactly, so each prompt is counted and adjusted until it lands."""
+    db = tmp_path / "k.duckdb"
+    s = _run(slow_mock, db, "--endpoint", endpoint, "--input-tokens", lengths, "--arrival", "closed",
+             "--concurrency", "4", "--num-requests", "20", "--output-tokens", "2")
+    run_id, config = _last(db)
+    assert config["token_model"]["source"] == "tokenize" and not config["token_model"]["exact"]
+    assert all(t == n for t, n in _lengths(db, run_id))
+    assert s["input_sizing"]["off_target"] == 0 and 20 <= s["input_sizing"]["counted"] <= 80
+
+
 def test_the_summary_says_asked_and_counted(mock: str, tmp_path: Path) -> None:
     r = infbench("run", "--url", mock, "--db", str(tmp_path / "t.duckdb"), "--arrival", "closed",
                  "--num-requests", "8", "--input-tokens", "300", "--output-tokens", "2", COLUMNS="200")
@@ -165,7 +179,7 @@ def test_a_request_count_commits_whole_conversations(slow_mock: str, tmp_path: P
     # 7 asked: a third conversation begins (6 < 7) and runs its three turns; no fourth.
     assert len(convs) == 3 and all(len(rows) == 3 for rows in convs.values())
     assert s["completed"] == 9
-    assert all(abs(t - n) <= 1 for rows in convs.values() for _, t, n, _ in rows)
+    assert all(t == n for rows in convs.values() for _, t, n, _ in rows)
 
 
 def test_conversations_outlast_the_duration_on_a_slow_server(slow_mock: str, tmp_path: Path) -> None:

@@ -182,15 +182,12 @@ def test_a_non_additive_target_with_tokenize_is_counted_until_it_lands() -> None
 
     sizer = Sizer(model, counted)
     rng = np.random.default_rng(2)
-    misses = 0
     for target in rng.integers(30, 3000, 100).tolist():
         text = model.text_for(rng, target)
         spec = RequestSpec("x", 4, prompt=text, target_input_tokens=target, fill=(0, len(text)))
         asyncio.run(sizer.size(spec))
-        err = mock_count("completions", spec.prompt) - target
-        assert abs(err) <= 1
-        misses += err != 0
-    assert misses <= 10 and sizer.stats.off_target == misses
+        assert mock_count("completions", spec.prompt) == target
+    assert sizer.stats.off_target == 0 and sizer.stats.counted <= 3 * 100
 
 
 def test_fit_keeps_the_drawn_words_and_only_changes_the_end() -> None:
