@@ -1,0 +1,95 @@
+"""What a run is given (`RunSettings`), what it shows while it goes (`LiveStats`) and what it
+ends with (`RunOutcome`); `loadgen.runner` drives it."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from infbench.loadgen.arrivals import Arrivals
+from infbench.loadgen.bodies import ENDPOINTS
+from infbench.loadgen.health import HealthSample
+from infbench.loadgen.seeds import Streams, new_salt
+
+
+@dataclass
+class RunSettings:
+    url: str  # base URL, no trailing slash
+    endpoint: str
+    model: str
+    arrivals: Arrivals
+    api_key: str | None = None  # never stored: the config JSON is built without it
+    duration_s: float | None = None
+    num_requests: int | None = None
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
+    request_timeout_s: float = 300.0
+    seed: int = 0
+    # Mixed into the prompt text's seed so no run is served from another's prefix cache; a new
+    # one per RunSettings. None sends the seed's own text every time (--reuse-prompts).
+    prompt_salt: int | None = field(default_factory=new_salt)
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    metrics_url: str | None = None
+    steps_url: str | None = None
+    steps_after: int = -1
+    scrape_interval_s: float = 1.0
+    sample_interval_s: float = 1.0
+    drain_timeout_s: float | None = None  # wait for in-flight after sending stops
+
+    def validate(self) -> None:
+        self.arrivals.validate()
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint: {self.endpoint!r} is not one of {', '.join(ENDPOINTS)}")
+        if self.duration_s is None and self.num_requests is None and self.arrivals.kind != "trace":
+            raise ValueError("duration/num_requests: give at least one stop condition")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ValueError("duration: must be > 0")
+        if self.num_requests is not None and self.num_requests <= 0:
+            raise ValueError("num_requests: must be > 0")
+        if self.warmup_s < 0 or self.cooldown_s < 0:
+            raise ValueError("warmup/cooldown: must be >= 0")
+        if self.request_timeout_s <= 0:
+            raise ValueError("request_timeout: must be > 0")
+        Streams(self.seed, self.prompt_salt)  # raises on a negative seed or a bad salt
+
+
+@dataclass
+class LiveStats:
+    """What the progress display reads; updated by the runner only."""
+
+    sent: int = 0
+    done: int = 0
+    errors: int = 0
+    in_flight: int = 0
+    started_ns: int = 0
+    recent_done_ns: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
+    recent_ttft_ms: deque[float] = field(default_factory=lambda: deque(maxlen=500))
+    recent_itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=500))
+    errors_by_class: dict[str, int] = field(default_factory=dict)
+    last_health: HealthSample | None = None
+
+    def rate(self, window_s: float = 5.0) -> float:
+        now = time.monotonic_ns()
+        cutoff = now - int(window_s * 1e9)
+        n = sum(1 for t in self.recent_done_ns if t >= cutoff)
+        span = min(window_s, max((now - self.started_ns) / 1e9, 1e-9))
+        return n / span
+
+    @staticmethod
+    def p50(values: deque[float]) -> float | None:
+        return float(np.median(values)) if values else None
+
+
+@dataclass
+class RunOutcome:
+    status: str  # completed | interrupted
+    reason: str | None
+    requests: int
+    last_send_ns: int  # relative to t0, for the cool-down window
+    scrape_errors: dict[str, int]
+    scrapes: dict[str, int]
+    sizing: dict[str, int] = field(default_factory=dict)  # /tokenize calls on the send path
