@@ -74,6 +74,10 @@ Version 4
     ``completed_with_errors``. The ``itl`` view spreads the gap before a read over the content
     events that read delivered (``itl_ms``) and keeps the per-event gap (``raw_itl_ms``).
 
+Version 5
+    ``configs``, ``config_values``, ``bisections``, ``bisect_probes``: see
+    ``infbench.store.config_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -82,6 +86,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
 
 # Column lists are the single source of truth: the DDL and the Arrow schema used by the
 # bulk writer are both generated from them, so they cannot drift apart.
@@ -391,6 +397,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             *VIEWS_V4,
         ),
     ),
+    Migration(5, CONFIG_MIGRATION_DESCRIPTION, CONFIG_DDL),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
