@@ -76,6 +76,7 @@ def test_a_noisy_machine_makes_identical_builds_inconclusive_not_failing() -> No
     assert fails <= 2
 
 
+@pytest.mark.slow  # 2 x 100 pairs x 4 rules: ~10-20 s on a shared 2-core machine
 @pytest.mark.parametrize("drift", [0.0, 0.02])
 def test_intervals_cover_the_true_change(drift: float) -> None:
     """The 95% intervals of an 8% slower device (every step and prefill 8% longer: TPOT, ITL
