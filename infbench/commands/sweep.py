@@ -207,6 +207,8 @@ def _print(result: dict[str, Any]) -> None:
                       f"knee B = {roof['roofline_knee_batch']:.1f}; engine adds "
                       f"{roof['engine_step_overhead_ms']} ms per step")
         if "measured_knee_batch_without_overhead" in roof:
+            # None where the measured line does not rise with the batch (few, noisy points).
+            knee = roof["measured_knee_batch_without_overhead"]
             console.print(f"measured knee without the engine's fixed overhead: B = "
-                          f"{roof['measured_knee_batch_without_overhead']:.1f}; slope ratio "
+                          f"{'-' if knee is None else f'{knee:.1f}'}; slope ratio "
                           f"{roof['slope_ratio']:.2f}")
