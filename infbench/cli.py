@@ -40,6 +40,8 @@ COMMANDS = [
          "Side-by-side table of two runs' summaries, with the relative change."),
     Lazy("sweep", f"{_C}.sweep", "sweep",
          "Sweep load (concurrency or request rate) and find the knee and the goodput maximum."),
+    Lazy("config", f"{_C}.config", "app",
+         "Engine configurations: capture, diff ranked by impact, bisect by measurement."),
 ]
 
 app = typer.Typer(

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from infbench.config.model import CaptureError
+from infbench.config.run_link import link_run_config
 from infbench.console import make_console, print_error, print_warning
 from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
 from infbench.loadgen.arrivals import Arrivals
@@ -129,6 +131,12 @@ def run(
     except PreflightError as exc:
         raise fail(str(exc)) from None
 
+    # The target's configuration (reference engine /engine/config, vLLM cache_config_info),
+    # stored linked to the run so `infbench config diff` can compare runs' engines.
+    try:
+        link_run_config(db, result.run_id)
+    except (StoreError, CaptureError) as exc:
+        print_warning(f"the target's configuration was not captured: {exc}", console)
     summary = result.summary
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
