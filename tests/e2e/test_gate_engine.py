@@ -21,7 +21,8 @@ import pytest
 
 from tests.support.cli import infbench
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# nine engine runs of ~30 s before the first test: past the suite's default per-test timeout
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 N = 400
 LOAD = ("--arrival", "closed", "--concurrency", "16", "--input-tokens", "uniform:32:128",
