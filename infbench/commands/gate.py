@@ -32,7 +32,10 @@ from infbench.gate.samples import open_samples
 from infbench.gate.verdict import run_gate
 from infbench.store import StoreError
 
-app = typer.Typer(help="Statistical performance gates: pass, fail or inconclusive, with intervals.",
+app = typer.Typer(help="Statistical performance gates: pass, fail or inconclusive, with intervals. Runs that "
+                       "sent the same requests (same load, --seed and --num-requests) are compared request "
+                       "by request. Exit codes: 0 pass, 1 fail (inconclusive too, unless --inconclusive "
+                       "pass), 2 usage error.",
                   no_args_is_help=False, invoke_without_command=True)
 
 DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store holding runs named by id.")
