@@ -117,3 +117,58 @@ def show(
             continue
         where = (s.raw_key or "") + (f", line {s.line}" if s.line else "")
         out.print(f"{key} = {json.dumps(s.value, default=str)}  ({s.origin}; {where})")
+
+
+def _load(con, ref: str):  # type: ignore[no-untyped-def]
+    """A stored config by id/label/run/'last', or a file/URL captured (and stored) now."""
+    if Path(ref).is_file() or ref.startswith(("http://", "https://")):
+        cap = capture_source(ref)
+        return load_config(con, save_config(con, cap, label=None))
+    return load_config(con, ref)
+
+
+@app.command("diff")
+def diff(
+    a: str = typer.Argument(..., help="Config A (the good/old one): id, label, run id, 'last', or a log/file/URL to capture."),
+    b: str = typer.Argument(..., help="Config B (the bad/new one), the same forms."),
+    db: Path = DB_OPTION,
+    concurrency: int = typer.Option(32, help="Workload: requests in flight."),
+    input_tokens: int = typer.Option(1024, help="Workload: prompt tokens per request."),
+    output_tokens: int = typer.Option(256, help="Workload: output tokens per request."),
+    shared_prefix: bool = typer.Option(False, help="Workload: prompts share prefixes (system prompt, multi-turn)."),
+    streaming: bool = typer.Option(True, help="Workload: responses are streamed."),
+    run: str | None = typer.Option(None, help="Take the workload from a stored run (its concurrency and lengths)."),
+    model: str | None = typer.Option(None, help="Model for pricing (default: the configs' own)."),
+    gpu: str | None = typer.Option(None, help="GPU for pricing (default: the configs' own, e.g. from collect-env)."),
+    top: int = typer.Option(15, help="Differences shown in the terminal."),
+    json_out: bool = typer.Option(False, "--json", help="Print the ranked diff as JSON."),
+    markdown: Path | None = typer.Option(None, help="Write the ranked diff as Markdown here."),
+) -> None:
+    """Rank every difference between two configurations by its expected impact on a workload."""
+    from infbench.config.diff import diff_sides, side_of
+    from infbench.config.impact import Workload
+    from infbench.config.render import to_json, to_markdown, to_text
+    from infbench.config.workload import workload_from_run
+
+    if min(concurrency, input_tokens, output_tokens) < 1 or top < 1:
+        raise _fail("concurrency, input-tokens, output-tokens and top must be positive")
+    try:
+        con = open_store(db)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        ca, cb = _load(con, a), _load(con, b)
+        wl = Workload(concurrency, input_tokens, output_tokens, shared_prefix, streaming, model, gpu)
+        if run is not None:
+            wl = workload_from_run(con, run, wl)
+    except (ConfigNotFound, CaptureError, LookupError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        con.close()
+    meta = [{"config_id": c.config_id, "label": c.label, "engine": c.engine, "version": c.version,
+             "source": c.source} for c in (ca, cb)]
+    result = diff_sides(side_of(ca.engine, ca.version, ca.settings),
+                        side_of(cb.engine, cb.version, cb.settings), wl, (meta[0], meta[1]))
+    if markdown is not None:
+        markdown.write_text(to_markdown(result), encoding="utf-8")
+    sys.stdout.write(to_json(result) if json_out else to_text(result, top))

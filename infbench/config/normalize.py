@@ -147,4 +147,9 @@ def effective(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     if out.get("enforce_eager") is True:
         out["cudagraph_mode"] = "NONE"
+    # vLLM V0 without chunked prefill: the budget must hold a whole prompt, so an unset
+    # budget became max(max_model_len, 2048) (its SchedulerConfig).
+    if (out.get("engine_v1") is False and out.get("enable_chunked_prefill") is False
+            and out.get("max_num_batched_tokens") is None and isinstance(out.get("max_model_len"), int)):
+        out["max_num_batched_tokens"] = max(out["max_model_len"], 2048)
     return out
