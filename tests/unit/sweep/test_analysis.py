@@ -44,3 +44,16 @@ def test_step_line_recovers_intercept_and_slope() -> None:
     assert line.intercept_ms == pytest.approx(6.0, abs=0.05)
     assert line.slope_ms == pytest.approx(0.1, abs=0.005)
     assert line.knee_batch == pytest.approx(60, rel=0.05)
+
+
+@pytest.mark.parametrize(("a", "b", "late_share"), [(6.0, 0.1, 0.6), (3.0, 0.02, 0.7), (9.0, 0.3, 0.5)])
+def test_step_line_is_not_pulled_by_a_busy_host_delaying_most_steps(a: float, b: float,
+                                                                    late_share: float) -> None:
+    rng = np.random.default_rng(int(a * 10))
+    batch = rng.integers(1, 49, 8000).astype(float)
+    ms = a + b * batch + rng.normal(0, 0.01, batch.size)
+    late = rng.random(batch.size) < late_share
+    ms[late] += rng.exponential(2.0, late.sum()) * (1 + batch[late] / 48)  # worse when busier
+    line = fit_line(batch, ms, "engine_steps")
+    assert line is not None
+    assert line.slope_ms == pytest.approx(b, rel=0.05) and line.intercept_ms == pytest.approx(a, rel=0.05)
