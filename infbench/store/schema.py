@@ -88,6 +88,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
+from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
 
 # Column lists are the single source of truth: the DDL and the Arrow schema used by the
 # bulk writer are both generated from them, so they cannot drift apart.
@@ -398,6 +399,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(5, CONFIG_MIGRATION_DESCRIPTION, CONFIG_DDL),
+    Migration(6, TRACE_MIGRATION_DESCRIPTION, TRACE_DDL),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,0 +1,169 @@
+"""`import_trace`: a trace file or a directory of rank files into the store, in one transaction.
+
+What a path holds is told by its bytes, not its name: SQLite's header means an Nsight
+Systems export, gzip's magic or JSON means a Kineto trace. A directory holds one file per
+rank (Kineto's `*.json[.gz]` as `torch.profiler` writes them, or one Nsight export per rank);
+a rank comes from the file's `distributedInfo.rank`, else from `rank-N`/`rankN` in its name,
+else from its place in name order.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from infbench.store import StoreError, get_run
+from probes.traces import kineto, nsys
+from probes.traces.errors import TraceError
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
+_JSON_SUFFIXES = (".json", ".json.gz", ".gz")
+
+
+@dataclass(frozen=True)
+class ImportedTrace:
+    trace_id: str
+    source: str                 # kineto | nsys
+    path: str
+    ranks: list[int]
+    events: int                 # events read from the files
+    counts: dict[str, int]      # rows stored per table
+    run_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def new_trace_id() -> str:
+    return "tr-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def _kind(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if head.startswith(b"SQLite format 3"):
+        return "nsys"
+    if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+        return "kineto"
+    raise TraceError(f"{path}: neither a PyTorch profiler JSON trace nor an Nsight Systems "
+                     "SQLite export (run `nsys export --type sqlite` on a .nsys-rep)")
+
+
+def _files(path: Path) -> tuple[str, list[tuple[Path, int | None]]]:
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or directory")
+    if path.is_file():
+        return _kind(path), [(path, None)]
+    files = sorted(p for p in path.iterdir() if p.is_file()
+                   and (p.name.endswith(_JSON_SUFFIXES) or p.suffix in (".sqlite", ".db")))
+    if not files:
+        raise TraceError(f"{path}: no trace files (*.json, *.json.gz, *.sqlite) in the directory")
+    kinds = {_kind(p) for p in files}
+    if len(kinds) > 1:
+        raise TraceError(f"{path}: mixes Kineto and Nsight files; import them separately")
+    hinted = []
+    for i, p in enumerate(files):
+        m = _RANK_IN_NAME.search(p.name)
+        hinted.append((p, int(m.group(1)) if m else i))
+    return kinds.pop(), hinted
+
+
+def import_trace(con: duckdb.DuckDBPyConnection, path: str | Path,
+                 run: str | None = None) -> ImportedTrace:
+    """Import the trace at `path` (file or rank directory), linked to `run` (id, prefix or
+    'last') when given. All or nothing: on any error the store is left as it was.
+
+    Ownership: the caller owns `con` (writable, no transaction open) and closes it."""
+    path = Path(path)
+    source, files = _files(path)
+    run_id = None
+    if run is not None:
+        try:
+            run_id = get_run(con, run).run_id
+        except StoreError as exc:
+            raise TraceError(str(exc).splitlines()[0]) from None
+    trace_id = new_trace_id()
+    con.execute("BEGIN TRANSACTION")
+    try:
+        ranks_rows, events, notes, fmt, producer = _load(con, trace_id, source, files)
+        seen: set[int] = set()
+        for row in ranks_rows:
+            if row["rank"] in seen:
+                raise TraceError(f"{path}: two files claim rank {row['rank']}")
+            seen.add(row["rank"])
+        con.executemany(
+            "INSERT INTO trace_ranks (trace_id, rank, path, world_size, epoch_offset_ns, start_ns, "
+            "end_ns, round_to_us, devices, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [[trace_id, r["rank"], r["path"], r["world_size"], r["epoch_offset_ns"], r["start_ns"],
+              r["end_ns"], r["round_to_us"], r["devices"], r["metadata"]] for r in ranks_rows])
+        con.execute(
+            "INSERT INTO traces (trace_id, run_id, source, path, imported_at, format_version, "
+            "producer, ranks, events, notes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [trace_id, run_id, source, str(path.resolve()), datetime.now(UTC).replace(tzinfo=None),
+             fmt, producer, len(ranks_rows), events, "\n".join(notes) or None])
+        counts = {t: int(con.execute(f"SELECT count(*) FROM {t} WHERE trace_id = ?",
+                                     [trace_id]).fetchone()[0])  # type: ignore[index]
+                  for t in ("trace_gpu_ops", "trace_api_calls", "trace_cpu_ops",
+                            "trace_annotations", "trace_collectives")}
+        con.execute("COMMIT")
+    except TraceError:
+        con.execute("ROLLBACK")
+        raise
+    except duckdb.Error as exc:
+        con.execute("ROLLBACK")
+        raise TraceError(f"{path}: import failed ({str(exc).splitlines()[0]})") from None
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return ImportedTrace(trace_id, source, str(path), sorted(seen), events, counts, run_id, notes)
+
+
+def _load(con: duckdb.DuckDBPyConnection, trace_id: str, source: str,
+          files: list[tuple[Path, int | None]]
+          ) -> tuple[list[dict[str, Any]], int, list[str], str | None, str | None]:
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    events = 0
+    fmt = producer = None
+    if source == "nsys":
+        for f, hint in files:
+            try:
+                facts = nsys.load(con, trace_id, f, hint if len(files) > 1 else None)
+            except TraceError as exc:
+                raise TraceError(f"{f}: {exc}") from None
+            rows += facts["ranks"]
+            events += facts["events"]
+            notes += facts["notes"]
+            fmt, producer = facts["format_version"], facts["producer"]
+        return rows, events, notes, fmt, producer
+    with tempfile.TemporaryDirectory(prefix="infbench-trace-") as tmp:
+        for f, hint in files:
+            try:
+                row = kineto.load_rank(con, trace_id, hint, f, Path(tmp))
+            except TraceError as exc:
+                raise TraceError(f"{f}: {exc}") from None
+            events += row.pop("events")
+            fmt = row.pop("format_version")
+            rows.append(row)
+    return rows, events, notes, fmt, "PyTorch profiler (Kineto)"
+
+
+def delete_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> None:
+    """Remove a trace and all its events (one transaction)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for t in ("trace_gpu_ops", "trace_api_calls", "trace_cpu_ops", "trace_annotations",
+                  "trace_collectives", "trace_ranks", "traces"):
+            con.execute(f"DELETE FROM {t} WHERE trace_id = ?", [trace_id])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
