@@ -66,6 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="sim: median natural answer length in tokens (EOS there unless ignore_eos; "
              "lognormal, at least 16); 0 = generate to max_tokens (default 192)")
     add("--sim-output-sigma", type=float, help="sim: spread of the answer length (default 0.7)")
+    add("--defaults", help="default set (the engine's 'version'): builtin, ref-1, ref-2, or a .toml "
+        "file with a [defaults] table; flags given override it (default builtin)")
+    add("--enforce-eager", action=argparse.BooleanOptionalAction,
+        help="sim: no CUDA graphs, every decode step pays the launch overhead")
+    add("--cudagraph-mode", choices=["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
+                                     "FULL_AND_PIECEWISE"], help="sim: which decode steps replay a graph")
+    add("--cudagraph-capture-sizes", type=_int_list, metavar="N,N,...",
+        help="sim: decode batch sizes captured (a batch is padded up to the next one)")
+    add("--cudagraph-max-capture-size", type=int,
+        help="sim: largest captured batch; larger ones run eagerly (default min(2*max_num_seqs, 512))")
+    add("--async-scheduling", action=argparse.BooleanOptionalAction,
+        help="sim: hide the per-step host overhead behind the device step")
+    add("--stream-interval", type=int, help="tokens per streamed event (default 1)")
+    add("--scheduling-policy", choices=["fcfs", "priority"],
+        help="admission order: fcfs, or priority (the request's 'priority', lower first)")
     add("--step-log-size", type=int, help="per-step records kept for /engine/steps")
     add("--stream-byte-budget", type=int,
         help="bytes a streaming client may fall behind before its request is cancelled")
@@ -73,11 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.replace(" ", "").strip("[]").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     given: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "log_level"}
     if "api_key" not in given and os.environ.get(API_KEY_ENV):
         given["api_key"] = os.environ[API_KEY_ENV]
-    return EngineConfig(**given)
+    return EngineConfig.with_defaults(given.pop("defaults", "builtin"), **given)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -128,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = {k: (REDACTED if k == "api_key" else v) for k, v in vars(args).items()
              if k != "log_level"}
     log.info("non-default args: %s", shown)
+    log.info("%s", config.vllm_config_line())
     try:
         asyncio.run(serve(config))
     except (ValueError, OSError) as exc:

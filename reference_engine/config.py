@@ -7,11 +7,18 @@ diff` can compare this engine with a real one field by field.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 EXECUTORS = ("sim", "torch")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+SCHEDULING_POLICIES = ("fcfs", "priority")
+# The batch sizes vLLM captures by default: 1, 2, 4, then every 8 up to 256, every 16 above.
+DEFAULT_CAPTURE_SIZES = (1, 2, 4, *range(8, 257, 8), *range(272, 1025, 16))
 # vLLM v1's default token budget for the OpenAI server on data-centre GPUs.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 REDACTED = "<redacted>"
@@ -22,6 +29,36 @@ DEFAULT_MODELS = {"sim": "meta-llama/Llama-3.1-8B", "torch": "tiny-llama"}
 
 class ConfigError(ValueError):
     """A setting is invalid; the message names the field."""
+
+
+DEFAULTS_DIR = Path(__file__).parent / "defaults"
+# Settings a default set may not choose: where and how the engine runs, not what it does.
+_NOT_DEFAULTS = {"executor", "model", "served_model_name", "gpu", "device", "api_key", "faults",
+                 "host", "port", "defaults"}
+
+
+@functools.cache
+def default_set(name: str) -> dict[str, Any]:
+    """The defaults of a "version": `builtin` (the dataclass's), a shipped set
+    (reference_engine/defaults/NAME.toml) or a TOML file with a [defaults] table."""
+    if name == "builtin":
+        return {}
+    path = Path(name) if name.endswith(".toml") else DEFAULTS_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(["builtin", *sorted(p.stem for p in DEFAULTS_DIR.glob("*.toml"))])
+        raise ConfigError(f"defaults: {name!r} is neither a shipped default set ({known}) nor a .toml file")
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"defaults: {path} is not valid TOML ({exc})") from None
+    values = doc.get("defaults")
+    fields = {f.name for f in dataclasses.fields(EngineConfig)}
+    if not isinstance(values, dict):
+        raise ConfigError(f"defaults: {path} has no [defaults] table")
+    for key in values:
+        if key not in fields or key in _NOT_DEFAULTS:
+            raise ConfigError(f"defaults: {path}: {key!r} is not a setting a default set may choose")
+    return dict(values)
 
 
 @dataclass
@@ -55,6 +92,15 @@ class EngineConfig:
     sim_output_sigma: float = 0.7
     step_log_size: int = 10000                  # per-step records kept in the ring buffer
     stream_byte_budget: int = 1 << 20           # server: pending bytes per connection before cancel
+    # The knobs engine versions moved (infbench config diff/bisect); see defaults.py for sets.
+    enforce_eager: bool = False                 # no CUDA graphs: every decode step pays launches
+    cudagraph_mode: str = "FULL_AND_PIECEWISE"  # which decode steps replay a graph
+    cudagraph_capture_sizes: list[int] | None = None  # None -> DEFAULT_CAPTURE_SIZES up to the cap
+    cudagraph_max_capture_size: int | None = None     # None -> min(2 * max_num_seqs, 512)
+    async_scheduling: bool = False              # host work per step hidden behind the device step
+    stream_interval: int = 1                    # tokens per streamed event (the first goes at once)
+    scheduling_policy: str = "fcfs"             # fcfs | priority (the request's `priority`, low first)
+    defaults: str = "builtin"                   # the default set these values came from
 
     def __post_init__(self) -> None:
         if self.executor in DEFAULT_MODELS and not self.model:
@@ -72,6 +118,18 @@ class EngineConfig:
     @property
     def kv_format(self) -> str:
         return self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+
+    @property
+    def capture_sizes(self) -> tuple[int, ...]:
+        """Decode batch sizes replayed from CUDA graphs, ascending; empty when eager."""
+        if self.enforce_eager or self.cudagraph_mode == "NONE":
+            return ()
+        cap = self.cudagraph_max_capture_size
+        if cap is None:
+            cap = min(2 * self.max_num_seqs, 512)
+        sizes = self.cudagraph_capture_sizes if self.cudagraph_capture_sizes is not None \
+            else DEFAULT_CAPTURE_SIZES
+        return tuple(sorted({s for s in sizes if s <= cap}))
 
     @property
     def token_budget(self) -> int:
@@ -112,6 +170,21 @@ class EngineConfig:
             raise ConfigError(f"step_overhead_ms must be >= 0, got {self.step_overhead_ms}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        if self.cudagraph_mode not in CUDAGRAPH_MODES:
+            raise ConfigError(f"cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, "
+                              f"got {self.cudagraph_mode!r}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ConfigError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
+                              f"got {self.scheduling_policy!r}")
+        positive("stream_interval")
+        if self.cudagraph_max_capture_size is not None and (
+                not isinstance(self.cudagraph_max_capture_size, int) or self.cudagraph_max_capture_size < 0):
+            raise ConfigError("cudagraph_max_capture_size must be an integer >= 0, got "
+                              f"{self.cudagraph_max_capture_size!r}")
+        sizes = self.cudagraph_capture_sizes
+        if sizes is not None and (not isinstance(sizes, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes)):
+            raise ConfigError(f"cudagraph_capture_sizes must be positive integers, got {sizes!r}")
         if not self.enable_chunked_prefill and self.token_budget < self.max_model_len:
             raise ConfigError(
                 f"max_num_batched_tokens ({self.token_budget}) must be >= max_model_len "
@@ -120,6 +193,36 @@ class EngineConfig:
         if self.token_budget < self.max_num_seqs:
             raise ConfigError(f"max_num_batched_tokens ({self.token_budget}) must be >= "
                               f"max_num_seqs ({self.max_num_seqs})")
+
+    @classmethod
+    def with_defaults(cls, defaults: str = "builtin", **given: Any) -> EngineConfig:
+        """A config from a default set, with the settings given on top."""
+        return cls(**{**default_set(defaults), **given, "defaults": defaults})
+
+    def vllm_config_line(self) -> str:
+        """The resolved config as vLLM's engine core logs it ("Initializing a V1 LLM engine
+        (vX) with config: ..."), so the tools that read vLLM logs read this engine's too."""
+        r = {k: v["value"] for k, v in self.resolved().items()}
+        modes = {"NONE": 0, "PIECEWISE": 1, "FULL": 2, "FULL_DECODE_ONLY": (2, 0),
+                 "FULL_AND_PIECEWISE": (2, 1)}
+        mode = "NONE" if self.enforce_eager else self.cudagraph_mode
+        compilation = {"cudagraph_mode": f"<CUDAGraphMode.{mode}: {modes[mode]}>",
+                       "cudagraph_capture_sizes": r["cudagraph_capture_sizes"],
+                       "max_cudagraph_capture_size": r["cudagraph_max_capture_size"]}
+        comp = "{" + ", ".join(f"{k!r}: {v if k == 'cudagraph_mode' else repr(v)}"
+                               for k, v in compilation.items()) + "}"
+        fields = [("model", self.model), ("served_model_name", self.model_name), ("dtype", self.dtype),
+                  ("max_seq_len", self.max_model_len), ("tensor_parallel_size", self.tensor_parallel_size),
+                  ("enforce_eager", self.enforce_eager), ("kv_cache_dtype", self.kv_cache_dtype),
+                  ("seed", self.seed), ("enable_prefix_caching", self.enable_prefix_caching),
+                  ("enable_chunked_prefill", self.enable_chunked_prefill),
+                  ("max_num_seqs", self.max_num_seqs), ("max_num_batched_tokens", self.token_budget),
+                  ("block_size", self.block_size), ("gpu_memory_utilization", self.gpu_memory_utilization),
+                  ("async_scheduling", self.async_scheduling), ("stream_interval", self.stream_interval),
+                  ("scheduling_policy", self.scheduling_policy), ("gpu", self.gpu)]
+        body = ", ".join(f"{k}={v!r}" for k, v in fields)
+        return (f"Initializing a V1 LLM engine (vreference-{self.defaults}) with config: "
+                f"{body}, compilation_config={comp}")
 
     def replace(self, **changes: Any) -> EngineConfig:
         return dataclasses.replace(self, **changes)
@@ -130,14 +233,19 @@ class EngineConfig:
         The API key's value never appears, only whether one is set.
         """
         out: dict[str, dict[str, Any]] = {}
+        chosen = default_set(self.defaults)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            is_default = value == default
+            is_default = value == chosen.get(f.name, default)
             if f.name == "model":
                 is_default = value == DEFAULT_MODELS[self.executor]
             if f.name == "max_num_batched_tokens":
                 value = self.token_budget
+            elif f.name == "cudagraph_capture_sizes":
+                value = list(self.capture_sizes)
+            elif f.name == "cudagraph_max_capture_size":
+                value = self.capture_sizes[-1] if self.capture_sizes else 0
             elif f.name == "served_model_name":
                 value = self.model_name
             elif f.name == "api_key":

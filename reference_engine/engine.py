@@ -78,7 +78,7 @@ class Engine:
                               config.enable_prefix_caching)
         self.scheduler = Scheduler(self.pool, config.max_num_seqs, config.token_budget,
                                    config.max_model_len, config.enable_chunked_prefill,
-                                   self.executor.eos_token_id)
+                                   self.executor.eos_token_id, config.scheduling_policy)
         self._lock = threading.RLock()  # RLock: a failing callback re-enters to cancel itself
         self._wake = threading.Condition(self._lock)
         self._live: dict[str, Sequence] = {}
@@ -221,7 +221,7 @@ class Engine:
         with self._lock:
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
-        self.scheduler.waiting.extend(new)
+        self.scheduler.enqueue(new)
         for seq in aborts:
             if self.scheduler.abort(seq):
                 self._finished += 1

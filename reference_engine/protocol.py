@@ -57,6 +57,7 @@ class GenerationRequest:
     ignore_eos: bool = False
     stream: bool = False
     include_usage: bool = False
+    priority: int = 0
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:
@@ -138,7 +139,7 @@ def _common(body: dict[str, Any], kind: Kind) -> GenerationRequest:
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
         seed=_int(body, "seed"), stop=_stop(body), ignore_eos=_bool(body, "ignore_eos"),
-        stream=stream, include_usage=include_usage)
+        stream=stream, include_usage=include_usage, priority=_int(body, "priority") or 0)
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:

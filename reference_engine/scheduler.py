@@ -47,6 +47,7 @@ class Scheduler:
         max_model_len: int,
         enable_chunked_prefill: bool = True,
         eos_token_id: int = -1,
+        policy: str = "fcfs",
     ) -> None:
         self.pool = pool
         self.kv = KVCacheManager(pool)
@@ -55,6 +56,7 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.chunked = enable_chunked_prefill
         self.eos_token_id = eos_token_id
+        self.policy = policy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the tail is the newest
         self.num_preemptions = 0
@@ -97,6 +99,18 @@ class Scheduler:
             return False
         self._finish(seq, "abort")
         return True
+
+    def enqueue(self, seqs: list[Sequence]) -> None:
+        """New sequences join the waiting queue: at the back (fcfs), or before every waiting
+        sequence of a higher priority value (priority; ties keep arrival order)."""
+        if self.policy != "priority":
+            self.waiting.extend(seqs)
+            return
+        for seq in seqs:
+            at = len(self.waiting)
+            while at > 0 and self.waiting[at - 1].params.priority > seq.params.priority:
+                at -= 1
+            self.waiting.insert(at, seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)

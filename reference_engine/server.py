@@ -124,7 +124,8 @@ def _sampling_params(config: EngineConfig, req: GenerationRequest,
         raise invalid(name, f"'{name}' ({max_tokens}) + prompt ({num_prompt_tokens} tokens) "
                             f"exceeds max_model_len ({config.max_model_len})")
     return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                          seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos)
+                          seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos,
+                          priority=req.priority)
 
 
 async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamResponse:
@@ -145,7 +146,7 @@ async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamR
     gen = Generation(
         mailbox=app[MAILBOX_KEY], engine=engine, request_id=response_id, req=req,
         tokenizer=app[TOKENIZER_KEY], metrics=app[METRICS_KEY], created=protocol.now_s(),
-        byte_budget=config.stream_byte_budget,
+        byte_budget=config.stream_byte_budget, stream_interval=config.stream_interval,
         transport_buffered=unsent_bytes_probe(transport) if transport else None,
         on_overflow=(transport.abort if transport else None))
     try:

@@ -13,10 +13,20 @@ A real model stops at EOS; a sim that never did would answer a chat request with
 lognormal (median `sim_output_median`, sigma `sim_output_sigma`, at least 16 tokens), a
 function of its sampling stream and prompt length, and EOS comes there. Requests with
 `ignore_eos` (what benchmarks send) get exactly `max_tokens`.
+
+CUDA graphs and async scheduling are modelled on decode-only steps, the steps that set
+TPOT: a batch up to the largest captured size is padded to the next captured size and
+replayed (no launch cost beyond the fixed overhead); a larger batch, `enforce_eager` or
+`cudagraph_mode=NONE` runs eagerly and pays `EAGER_KERNELS_PER_LAYER` launches of
+`LAUNCH_US` per layer; `PIECEWISE` leaves attention's `PIECEWISE_EAGER_KERNELS_PER_LAYER`
+outside the graph. Steps carrying a prefill chunk are dominated by its compute; their launch
+cost stays inside the fixed overhead. With async scheduling the fixed (host) overhead runs
+while the device computes, so a step lasts max(device, host) instead of device + host.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 
@@ -32,6 +42,10 @@ _PRINTABLE_FIRST, _PRINTABLE_COUNT = 0x20, 0x7F - 0x20  # space .. '~'
 _M64 = (1 << 64) - 1
 _SPIN_S = 0.0002  # the last stretch before a deadline is waited out by yielding, not sleeping
 _MIN_NATURAL_OUTPUT = 16
+# The launch model infbench's config diff prices with (infbench/config/impact.py).
+EAGER_KERNELS_PER_LAYER = 12
+PIECEWISE_EAGER_KERNELS_PER_LAYER = 2
+LAUNCH_US = 4.0
 
 
 def _mix(x: int) -> int:
@@ -81,6 +95,12 @@ class SimExecutor:
         else:
             self.num_blocks = self.plan.num_blocks
         self.last_prediction_s = 0.0
+        self.capture_sizes = config.capture_sizes
+        self.piecewise = config.cudagraph_mode == "PIECEWISE"
+        self.async_scheduling = config.async_scheduling
+        layers = self.model.num_layers
+        self.eager_s = layers * EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
+        self.piecewise_s = layers * PIECEWISE_EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
 
     def predict(self, batch: StepBatch) -> float:
         """Seconds this step takes on the simulated device, overhead included."""
@@ -91,11 +111,23 @@ class SimExecutor:
                 decode.append(w.start_pos + 1)  # the new token attends to itself and all before
             else:
                 prefill.append((len(w.token_ids), w.start_pos))
+        launch = 0.0
+        if decode and not prefill:
+            n, sizes = len(decode), self.capture_sizes
+            if sizes and n <= sizes[-1]:
+                padded = sizes[bisect.bisect_left(sizes, n)]
+                decode = decode + [1] * (padded - n)  # padding rows: compute, next to no KV
+                launch = self.piecewise_s if self.piecewise else 0.0
+            else:
+                launch = self.eager_s
         bd = step_time(self.model, self.gpu, tp=self.tp, weight_format=self.weight_format,
                        kv_format=self.kv_format, prefill_chunks=prefill, decode_contexts=decode,
                        bandwidth_fraction=self.bandwidth_fraction)
         # A slow link stretches only the step's TP all-reduces (comm_s is 0 at tp=1).
-        return bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + self.overhead_s
+        device = bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
+        if self.async_scheduling:
+            return max(device, self.overhead_s)
+        return device + self.overhead_s
 
     def execute(self, batch: StepBatch) -> dict[int, int]:
         predicted = self.predict(batch)

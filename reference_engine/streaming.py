@@ -85,7 +85,7 @@ class Generation:
                  request_id: str, req: GenerationRequest, tokenizer: ByteTokenizer,
                  metrics: RequestMetrics, created: int, byte_budget: int,
                  transport_buffered: Callable[[], int] | None,
-                 on_overflow: Callable[[], None] | None) -> None:
+                 on_overflow: Callable[[], None] | None, stream_interval: int = 1) -> None:
         self.request_id = request_id
         self.req = req
         self.created = created
@@ -96,6 +96,13 @@ class Generation:
         self._byte_budget = byte_budget
         self._transport_buffered = transport_buffered
         self._on_overflow = on_overflow
+        # Tokens per streamed event: text is held until this many tokens arrived since the
+        # last event (the first token, and the end, go out at once), as vLLM's and SGLang's
+        # stream_interval does.
+        self._stream_interval = stream_interval
+        self._held: list[str] = []
+        self._held_tokens = 0
+        self._events = 0
         self._wakeup = asyncio.Event()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -136,8 +143,15 @@ class Generation:
                 self._give_up(f"aborted by the engine after {self.num_output_tokens} tokens")
                 return
             self._finish(text + self._detok.flush(), out.finish_reason, produced)
-        elif text:
-            self._emit(text, None)
+        else:
+            self._held.append(text)
+            self._held_tokens += len(out.new_token_ids)
+            if self._events == 0 or self._held_tokens >= self._stream_interval:
+                held = "".join(self._held)
+                self._held, self._held_tokens = [], 0
+                if held:
+                    self._emit(held, None)
+                    self._events += 1
         self._wakeup.set()
 
     def _observe_token_times(self, out: RequestOutput, produced: float) -> None:
@@ -154,6 +168,8 @@ class Generation:
         self._last_token_time = produced
 
     def _finish(self, text: str, reason: str | None, produced: float) -> None:
+        text = "".join(self._held) + text
+        self._held, self._held_tokens = [], 0
         self.finish_reason = reason
         self.finished = True
         self._closed = True

@@ -131,6 +131,8 @@ def parse_vllm_log(text: str, source: str) -> Captured:
             if engine_lines > 1:
                 continue  # every data-parallel rank may print it; the first is the config
             cap.version = m.group(2)
+            if cap.version.startswith("reference-"):  # infbench's reference engine logs as vLLM
+                cap.engine, cap.version = "reference", cap.version[len("reference-"):]
             v1 = m.group(1) == "V1"
             cap.put(Setting("engine_v1", v1, "resolved", "LLM engine", numbers[i]))
             for k, v, _ in _joined(lines, i, m.end(), parse_kv_list, numbers[i]):

@@ -139,3 +139,16 @@ def test_unknown_text_is_refused(tmp_path: Path) -> None:
         capture_source(str(p))
     with pytest.raises(CaptureError, match="no such file"):
         capture_source(str(tmp_path / "missing.log"))
+
+
+def test_the_reference_engine_logs_its_config_the_way_vllm_does() -> None:
+    from infbench.config.capture import capture_text
+    from reference_engine.config import EngineConfig
+
+    cfg = EngineConfig.with_defaults("ref-2", max_num_seqs=64, stream_interval=2)
+    c = capture_text(f"INFO: {cfg.vllm_config_line()}\n", "engine.log")
+    assert (c.engine, c.version) == ("reference", "ref-2")
+    v = c.values()
+    assert v["max_num_seqs"] == 64 and v["stream_interval"] == 2 and v["async_scheduling"] is True
+    assert v["cudagraph_mode"] == "FULL_AND_PIECEWISE" and v["cudagraph_max_capture_size"] == 128
+    assert v["cudagraph_capture_sizes"][-1] == 128 and v["max_model_len"] == 8192
