@@ -172,8 +172,9 @@ def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: i
                f"Last engine step seen: {last_step_text}.")
     if e["tokens_generated_after_stop"]:
         summary += (f" The engine counted {e['tokens_generated_after_stop']:.0f} tokens after the "
-                    "stop that never reached a client: look between the step loop and the "
-                    "sockets (detokenizer, output queue, HTTP server).")
+                    "stop that this run never received: either it served other clients "
+                    "meanwhile, or the hang is between the step loop and the sockets "
+                    "(detokenizer, output queue, HTTP server).")
     evidence = [
         Evidence("stranded_requests", {
             "stopped_at_s": _s(v["stop_ns"]), "stranded": v["stranded"],
