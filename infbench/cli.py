@@ -38,6 +38,8 @@ COMMANDS = [
          "Statistical performance gates: pass, fail or inconclusive, with intervals."),
     Lazy("compare", f"{_C}.gate", "compare",
          "Side-by-side table of two runs' summaries, with the relative change."),
+    Lazy("trace", f"{_C}.trace", "app",
+         "Profiler traces: import PyTorch profiler / Nsight Systems traces, analyse their timelines."),
     Lazy("sweep", f"{_C}.sweep", "sweep",
          "Sweep load (concurrency or request rate) and find the knee and the goodput maximum."),
     Lazy("config", f"{_C}.config", "app",

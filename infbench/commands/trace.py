@@ -1,0 +1,170 @@
+"""`infbench trace import | list | analyze`: profiler traces in the store and their timelines."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from infbench.console import make_console, print_error
+from infbench.store import StoreError, open_store
+from probes.traces import TraceError, import_trace
+from probes.traces.analysis import ANALYSES, Timeline
+
+app = typer.Typer(help="Profiler traces: import PyTorch profiler / Nsight Systems traces, analyse their timelines.",
+                  no_args_is_help=True, add_completion=False)
+
+DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
+
+_TITLES = {
+    "temporal": "Temporal breakdown per rank (HTA): idle / compute / non-compute share of kernel time",
+    "idle": "Idle time per stream by cause (HTA: host_wait, kernel_wait < 30 us, other)",
+    "idle_stats": "Idle intervals per stream and cause (us)",
+    "kernel_types": "Kernel time by type, all ranks (HTA), overlaps counted once",
+    "kernels": "Top kernels per rank and type (HTA: the tail folded into 'others')",
+    "overlap": "Communication time overlapped by computation, per rank (HTA)",
+    "launch_summary": "Launch delay (kernel start - launch call end, us) per rank",
+    "steps": "Steps: GPU idle inside the work each step launched (CPU-bound at idle share >= 0.5)",
+}
+
+
+def _fail(message: str) -> typer.Exit:
+    print_error(message.splitlines()[0])
+    return typer.Exit(2)
+
+
+@app.command("import")
+def import_cmd(
+    path: Path = typer.Argument(..., help="Kineto JSON (.json/.json.gz), a directory of rank "
+                                "files, or an Nsight Systems SQLite export."),
+    run: str | None = typer.Option(None, "--run", help="Link the trace to this run (id, prefix or 'last')."),
+    db: Path = DB_OPTION,
+    json_out: bool = typer.Option(False, "--json", help="What was imported, as JSON on stdout."),
+) -> None:
+    """Import a trace (PyTorch profiler JSON or Nsight Systems SQLite) into the store."""
+    try:
+        con = open_store(db)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        t = import_trace(con, path, run)
+    except (TraceError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        con.close()
+    if json_out:
+        sys.stdout.write(json.dumps(t.__dict__, indent=2) + "\n")
+        return
+    c = make_console()
+    c.print(f"imported {t.source} trace {t.trace_id} from {t.path} into {db}")
+    c.print(f"ranks {', '.join(map(str, t.ranks))}; {t.events} events read; "
+            + ", ".join(f"{n} {k.removeprefix('trace_')}" for k, n in t.counts.items()))
+    if t.run_id:
+        c.print(f"linked to run {t.run_id}")
+    for note in t.notes:
+        c.print(f"note: {note}")
+    c.print(f"next: infbench trace analyze {t.trace_id} --db {db}")
+
+
+@app.command("list")
+def list_cmd(db: Path = DB_OPTION) -> None:
+    """List the traces in a store, newest first."""
+    try:
+        con = open_store(db, read_only=True)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        rows = con.execute("SELECT trace_id, imported_at, source, ranks, events, run_id, path "
+                           "FROM traces ORDER BY imported_at DESC").fetchall()
+    finally:
+        con.close()
+    t = Table(title=f"traces in {db}")
+    t.add_column("trace", no_wrap=True)
+    for col in ("imported (UTC)", "source", "ranks", "events", "run", "path"):
+        t.add_column(col)
+    for tid, at, src, ranks, events, run, path in rows:
+        t.add_row(tid, at.strftime("%Y-%m-%d %H:%M:%S"), src, str(ranks), str(events), run or "", path)
+    make_console().print(t)
+
+
+def short_name(name: str) -> str:
+    """A kernel name without template and call arguments (HTA's shorten_name), for tables:
+    `void at::native::foo<float, 4>(int*)` -> `at::native::foo`."""
+    if name.startswith(("Memcpy", "Memset", "dma")) or ("<" not in name and "(" not in name):
+        return name
+    stack: list[str] = []
+    for ch in name.replace("->", ""):
+        if ch in ">)":
+            opener = "<" if ch == ">" else "("
+            while stack and stack[-1] != opener:
+                stack.pop()
+            if stack:
+                stack.pop()
+        else:
+            stack.append(ch)
+    return "".join(stack).split(" ")[-1] or name
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.2f}" if abs(v) < 1e4 else f"{v:,.0f}"
+    return str(v)
+
+
+@app.command("analyze")
+def analyze(
+    trace: str = typer.Argument("last", help="Trace id, unique prefix, 'last', or a linked run id."),
+    db: Path = DB_OPTION,
+    only: str | None = typer.Option(None, help=f"Comma-separated analyses: {', '.join(ANALYSES)}."),
+    top: int = typer.Option(10, help="Kernels shown per rank and type before 'others'."),
+    json_out: bool = typer.Option(False, "--json", help="All results as JSON on stdout."),
+    sql: bool = typer.Option(False, "--sql", help="Print the SQL behind each table."),
+) -> None:
+    """Timeline analysis of an imported trace: idle/compute breakdown, idle causes per stream,
+    kernel types and top kernels, comm/compute overlap, launch delays, CPU-bound steps."""
+    names = [n.strip() for n in only.split(",")] if only else list(ANALYSES)
+    unknown = [n for n in names if n not in ANALYSES]
+    if unknown:
+        raise _fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
+    if top < 1:
+        raise _fail("--top must be >= 1")
+    try:
+        con = open_store(db, read_only=True)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    results: dict[str, tuple[list[str], list[tuple[Any, ...]], str]] = {}
+    try:
+        with Timeline(con, trace) as tl:
+            trace_id = tl.trace_id
+            for n in names:
+                results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
+    except TraceError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        con.close()
+    if json_out:
+        out = {"trace_id": trace_id, **{n: [dict(zip(c, r, strict=True)) for r in rows]
+                                         for n, (c, rows, _) in results.items()}}
+        sys.stdout.write(json.dumps(out, indent=2, default=str).replace("NaN", "null") + "\n")
+        return
+    console = make_console()
+    if not console.is_terminal:
+        console.width = 200  # piped to a file or a log: rows on one line each, not folded
+    console.print(f"trace {trace_id}")
+    for n, (cols, rows, text) in results.items():
+        t = Table(title=_TITLES[n], title_justify="left")
+        for col in cols:
+            t.add_column(col, overflow="fold")
+        name_at = cols.index("name") if "name" in cols else -1
+        for r in rows:
+            t.add_row(*(short_name(v) if i == name_at else _fmt(v) for i, v in enumerate(r)))
+        console.print(t)
+        if sql:
+            console.print(text)
