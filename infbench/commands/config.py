@@ -172,3 +172,101 @@ def diff(
     if markdown is not None:
         markdown.write_text(to_markdown(result), encoding="utf-8")
     sys.stdout.write(to_json(result) if json_out else to_text(result, top))
+
+
+@app.command("bisect")
+def bisect_cmd(
+    good: str = typer.Option(..., help="The good configuration: config id, label, run id, or a log/file/URL to capture."),
+    bad: str = typer.Option(..., help="The bad configuration, the same forms."),
+    launch: str = typer.Option(..., help="Command that starts the engine in its GOOD configuration; {port} is replaced by a free port, {args} by the flags of the settings a probe takes from BAD, {python} by this Python. E.g. '{python} -m reference_engine --port {port} --defaults ref-1 {args}' or 'vllm serve MODEL --port {port} {args}'."),
+    db: Path = DB_OPTION,
+    health: str = typer.Option("/health", help="Path that answers 200 once the engine is ready."),
+    start_timeout: float = typer.Option(180.0, help="Seconds the engine may take to become healthy."),
+    num_requests: int = typer.Option(64, help="Requests per probe run (doubled when a verdict is inconclusive)."),
+    concurrency: int = typer.Option(16, help="Closed-loop concurrency of every probe run."),
+    input_tokens: str = typer.Option("uniform:32:128", help="Input lengths, as for `infbench run`."),
+    output_tokens: str = typer.Option("uniform:8:24", help="Output lengths, as for `infbench run`."),
+    seed: int = typer.Option(0, help="Seed of every probe run (the same requests each time)."),
+    run_arg: list[str] = typer.Option([], help="Extra option for every `infbench run` (repeatable), e.g. --run-arg=--endpoint --run-arg=chat."),
+    keys: str | None = typer.Option(None, help="Bisect only these differing settings (comma-separated)."),
+    flag: list[str] = typer.Option([], help="KEY=FLAG: the command-line flag that sets KEY (default --key-with-dashes); repeatable."),
+    rules: Path | None = typer.Option(None, help="gates.toml deciding each probe (default: the gate's default rules with --run-noise)."),
+    run_noise: str = typer.Option("1%", help="Run-to-run drift added to every comparison when --rules is not given."),
+    max_doublings: int = typer.Option(2, help="Times an inconclusive probe is rerun with twice the requests."),
+    markdown: Path | None = typer.Option(None, help="Write the path the bisection took as Markdown here."),
+    json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
+) -> None:
+    """Find the setting (or combination) that causes a regression, by launching and measuring."""
+    import dataclasses
+
+    from infbench.config.bisect import Bisection, budget
+    from infbench.config.launch import Launcher, LaunchError, LoadSpec
+    from infbench.gate import RulesError, load_rules
+    from infbench.gate.rules import parse_noise
+
+    err = make_console(stderr=True)
+    if min(num_requests, concurrency) < 1 or max_doublings < 0 or start_timeout <= 0:
+        raise _fail("num-requests and concurrency must be positive, max-doublings >= 0, start-timeout > 0")
+    names: dict[str, str] = {}
+    for item in flag:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value.startswith("-"):
+            raise _fail(f"flag: {item!r} is not KEY=--flag")
+        names[key] = value
+    try:
+        ruleset = load_rules(rules)
+        if rules is None:
+            ruleset = dataclasses.replace(ruleset, settings=dataclasses.replace(
+                ruleset.settings, run_noise=parse_noise(run_noise, "run-noise")))
+    except RulesError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        con = open_store(db)
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        cg, cb = _load(con, good), _load(con, bad)
+    except (ConfigNotFound, CaptureError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        con.close()
+    launcher = Launcher(launch, health, start_timeout, flag_names=names)
+    load = LoadSpec(num_requests, concurrency, input_tokens, output_tokens, seed, tuple(run_arg))
+    try:
+        job = Bisection(db, cg, cb, launcher, load, ruleset,
+                        keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
+                        max_doublings=max_doublings, say=lambda m: err.print(m))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    probes, runs = budget(len(job.keys), max_doublings)
+    err.print(f"bisecting {len(job.keys)} differing settings: {', '.join(job.keys) or 'none'}")
+    err.print(f"budget: at most {probes} probes (ddmin's worst case n^2+3n), {runs} runs of "
+              f"{num_requests}+ requests; one culprit usually takes about {2 * max(1, len(job.keys)).bit_length()} probes")
+    try:
+        result = job.run()
+    except LaunchError as exc:
+        raise _fail(f"bisection {job.id} stopped: {exc}") from None
+    out = make_console()
+    if json_out:
+        doc = {"bisection_id": result.bisection_id, "status": result.status, "culprit": result.culprit,
+               "culprit_values": {k: job.values[k] for k in result.culprit}, "keys": result.keys,
+               "budget_probes": probes, "budget_runs": result.budget_runs, "runs_used": result.runs_used,
+               "steps": [dataclasses.asdict(s) for s in result.steps]}
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    lines = [f"bisection {result.bisection_id}: {result.status}"
+             + (f": {' + '.join(f'{k} = {json.dumps(job.values[k])}' for k in result.culprit)}"
+                if result.culprit else ""),
+             f"runs used: {result.runs_used} of the {result.budget_runs} announced"]
+    lines += [f"  {i}. {', '.join(s.keys)} -> {s.verdict}: {s.reason}" for i, s in enumerate(result.steps, 1)]
+    for line in lines:
+        (err if json_out else out).print(line)
+    if markdown is not None:
+        md = [f"## infbench config bisect {result.bisection_id}: {result.status}", "",
+              f"Good `{cg.name}`, bad `{cb.name}`; {len(job.keys)} differing settings; "
+              f"{result.runs_used} of {result.budget_runs} runs.", "",
+              "| # | settings from bad | verdict | measured | runs |", "| --- | --- | --- | --- | --- |"]
+        md += [f"| {i} | {', '.join(f'`{k}`' for k in s.keys)} | {s.verdict} | {s.reason} | "
+               f"{', '.join(s.runs)} |" for i, s in enumerate(result.steps, 1)]
+        markdown.write_text("\n".join(md) + "\n", encoding="utf-8")
+    if result.status != "found":
+        raise typer.Exit(1)
