@@ -95,6 +95,31 @@ def _split(items: list[str], n: int) -> list[list[str]]:
     return [s for s in out if s]
 
 
+def ddmin(keys: list[str], test: Callable[[list[str]], str]) -> list[str]:
+    """Zeller and Hildebrandt's ddmin: a 1-minimal subset of `keys` for which `test` says
+    FAIL, given that the whole set fails (and the empty set passes). Anything but FAIL
+    (pass, unresolved) counts as not reproducing."""
+    c, n = list(keys), 2
+    while len(c) >= 2:
+        parts = _split(c, n)
+        reduced = False
+        for part in parts:
+            if test(part) == FAIL:
+                c, n, reduced = part, 2, True
+                break
+        if not reduced and n > 2:
+            for part in parts:
+                rest = [k for k in c if k not in part]
+                if test(rest) == FAIL:
+                    c, n, reduced = rest, max(n - 1, 2), True
+                    break
+        if not reduced:
+            if n >= len(c):
+                break
+            n = min(len(c), 2 * n)
+    return c
+
+
 class Bisection:
     def __init__(self, db: Path, good: StoredConfig, bad: StoredConfig, launcher: Launcher,
                  load: LoadSpec, rules: RuleSet, *, keys: list[str] | None = None,
@@ -202,25 +227,7 @@ class Bisection:
 
     # ---- delta debugging --------------------------------------------------------------------
     def ddmin(self, keys: list[str], log_dir: Path) -> list[str]:
-        c, n = list(keys), 2
-        while len(c) >= 2:
-            parts = _split(c, n)
-            reduced = False
-            for part in parts:
-                if self.test(part, log_dir) == FAIL:
-                    c, n, reduced = part, 2, True
-                    break
-            if not reduced and n > 2:
-                for part in parts:
-                    rest = [k for k in c if k not in part]
-                    if self.test(rest, log_dir) == FAIL:
-                        c, n, reduced = rest, max(n - 1, 2), True
-                        break
-            if not reduced:
-                if n >= len(c):
-                    break
-                n = min(len(c), 2 * n)
-        return c
+        return ddmin(keys, lambda subset: self.test(subset, log_dir))
 
     def run(self) -> BisectOutcome:
         self._execute(
