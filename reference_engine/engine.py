@@ -240,6 +240,10 @@ class Engine:
             "preemptions": len(out.preempted), "kv_blocks_used": self.pool.num_used_blocks,
             "kv_blocks_total": self.pool.num_blocks, "fault": self.faults.step_label(stalled),
             "host_s": host_s,  # engine time outside the executor (intake, schedule, update)
+            # Sum of the decoding sequences' contexts (each new token attends to itself and all
+            # before it): with decode_seqs, the KV a decode step reads; the MBU truth in tests.
+            "decode_context_tokens": sum(w.start_pos + 1 for w in out.batch.seqs if w.is_decode)
+            if out.scheduled else 0,
         }
         with self._lock:
             self._step_id = step_id

@@ -17,6 +17,7 @@ from infbench.console import make_console, print_error
 from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
+from playbooks.mbu import MbuOptions, diagnose_mbu
 
 app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*.md).",
                   no_args_is_help=True, add_completion=False)
@@ -137,3 +138,48 @@ def stalls(
     if saved is not None:
         console.print(f"[dim]saved {saved} finding(s) to {db}; `infbench report {diag.run_id} "
                       f"--db {db} --html FILE` shows them[/]", highlight=False)
+
+
+@app.command("mbu")
+def mbu(
+    ref: str = typer.Argument(..., help="Run id, unique prefix or 'last'; or a trace id linked to a run."),
+    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
+    reported: float | None = typer.Option(None, "--reported", help="The MBU a dashboard shows "
+                                          "(0.60 or 60): names the mistake that explains it."),
+    model: str | None = typer.Option(None, help="Model (overrides what the run recorded)."),
+    gpu: str | None = typer.Option(None, help="GPU (overrides what the run recorded)."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size (overrides the run's)."),
+    json_out: bool = typer.Option(False, "--json", help="The diagnosis as JSON on stdout."),
+    sql: bool = typer.Option(False, "--sql", help="Show the SQL behind each piece of evidence."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Keep the findings in the store "
+                              "with the run (replacing this playbook's earlier ones)."),
+) -> None:
+    """Decode MBU computed right, where the missing bandwidth goes, and which dashboard mistake
+    explains a reported figure (runbook: playbooks/mbu/mbu.md)."""
+    saved: int | None = None
+    try:
+        options = MbuOptions(reported=reported, model=model, gpu=gpu, tensor_parallel_size=tp)
+        options.validate()
+        con, not_saved = _open(db, save)
+        try:
+            diag = diagnose_mbu(con, ref, options)
+            if save and not_saved is None:
+                try:
+                    saved = save_diagnosis(con, diag.to_dict())
+                except StoreError as exc:
+                    not_saved = str(exc)
+        finally:
+            con.close()
+    except (StoreError, ValueError) as exc:
+        raise _fail(str(exc).splitlines()[0]) from None
+    if not_saved is not None:
+        Console(stderr=True, soft_wrap=True).print(
+            f"[yellow]warning:[/] findings diagnosed but not saved: {not_saved.splitlines()[0]}",
+            highlight=False)
+    if json_out:
+        sys.stdout.write(json.dumps(diag.to_dict(), indent=2, default=str) + "\n")
+        return
+    console = make_console()
+    print_diagnosis(console, diag, sql)
+    if saved is not None:
+        console.print(f"[dim]saved {saved} finding(s) to {db}[/]", highlight=False)
