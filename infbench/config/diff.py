@@ -121,7 +121,10 @@ def _why(key: str, a: Side, b: Side, oa: str, ob: str, da: CatalogDefault | None
     parts = []
     if set_by:
         parts.append(f"set explicitly on {' and '.join(set_by)}")
-    if da and db and da.text != db.text and not set_by:
+    moved = da is not None and db is not None and (da.value, da.text if da.value is None else "") \
+        != (db.value, db.text if db.value is None else "")
+    if moved and not set_by and va == getattr(da, "value", va) and vb == getattr(db, "value", vb):
+        assert da is not None and db is not None
         src = db if da.since != db.since else da
         approx = " (release approximate: PR merge date)" if src.approx else ""
         parts.append(f"not set by anyone: {b.engine}'s default moved {da.text} ({a.version}) -> "
