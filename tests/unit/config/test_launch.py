@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infbench.config.launch import LaunchError, Launcher
+from infbench.config.launch import Launcher, LaunchError
 from tests.support.cli import infbench
 
 
