@@ -6,7 +6,8 @@ here, and `compilation_config` is flattened so its CUDA-graph settings diff like
 Only settings with the same meaning are renamed across engines: SGLang's
 `chunked_prefill_size` (a per-request chunk) is not vLLM's `max_num_batched_tokens` (a
 per-step budget), so it keeps its own name. Inverted flags (`disable_radix_cache`) become
-the positive setting with the value flipped.
+the positive setting with the value flipped, and values printed in another unit than the
+flag takes (`swap_space_bytes`) are converted to the flag's unit.
 """
 
 from __future__ import annotations
@@ -136,7 +137,16 @@ def canonical_value(key: str, value: Any, inverted: bool = False) -> Any:
     return value
 
 
+# Settings printed in another unit than the command line takes: (name, factor to it).
+UNITS = {"swap_space_bytes": ("swap_space", 1 / 2**30),  # vllm:cache_config_info label, GiB flag
+         "cpu_offload_bytes": ("cpu_offload_gb", 1 / 1e9)}
+
+
 def normalise(engine: str, raw_key: str, value: Any) -> tuple[str, Any]:
+    leaf = raw_key.rsplit(".", 1)[-1]
+    if leaf in UNITS and isinstance(value, int | float) and not isinstance(value, bool):
+        name, factor = UNITS[leaf]
+        return normalise(engine, raw_key[: len(raw_key) - len(leaf)] + name, round(value * factor, 6))
     key, inverted = canonical_key(engine, raw_key)
     return key, canonical_value(key, value, inverted)
 

@@ -53,7 +53,7 @@ def test_a_vllm_server_is_captured_from_models_version_and_metrics() -> None:
     assert (c.engine, c.version, c.source_kind) == ("vllm", "0.11.0", "live_endpoint")
     assert c.values() == {"block_size": 16, "kv_cache_dtype": "fp8", "calculate_kv_scales": False,
                           "enable_prefix_caching": True, "gpu_memory_utilization": 0.85,
-                          "num_gpu_blocks": 27000, "swap_space_bytes": 4294967296,
+                          "num_gpu_blocks": 27000, "swap_space": 4.0,  # GiB, as the flag takes it
                           "max_model_len": 32768, "model": "meta-llama/Llama-3.1-8B",
                           "served_model_name": "llama"}
     assert c.settings["kv_cache_dtype"].raw_key == "vllm:cache_config_info.cache_dtype"
