@@ -4,7 +4,7 @@
 in its stack (DuckDB, Arrow, NumPy, aiohttp): importing them all costs a second before any
 output. Each command is listed here by name, module and one-line help; the module is imported
 when that command is invoked (or its own `--help` is asked for). A test checks that each line
-here is the command's own first help line, so the two cannot drift.
+here is how the command's own help begins, so the two cannot drift.
 """
 
 from __future__ import annotations

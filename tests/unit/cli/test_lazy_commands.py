@@ -26,12 +26,12 @@ def test_top_level_help_and_version_import_no_command_stack(argv: list[str]) -> 
 
 
 @pytest.mark.parametrize("lazy", COMMANDS, ids=[c.name for c in COMMANDS])
-def test_listed_help_is_the_commands_own_first_line(lazy) -> None:
+def test_listed_help_is_how_the_commands_own_help_begins(lazy) -> None:
     import importlib
 
     obj = getattr(importlib.import_module(lazy.module), lazy.attr)
     own = obj.info.help if isinstance(obj, typer.Typer) else obj.__doc__
-    assert own.strip().splitlines()[0] == lazy.help
+    assert " ".join(own.split()).startswith(lazy.help)
 
 
 def test_every_command_is_reachable_with_its_real_options() -> None:
