@@ -22,7 +22,7 @@ from infbench.console import make_console, print_error
 from infbench.store import StoreError, open_store
 
 app = typer.Typer(help="Engine configurations: capture, diff ranked by impact, bisect by measurement.",
-                  no_args_is_help=True)
+                  no_args_is_help=True, add_completion=False)
 
 DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
 
