@@ -26,6 +26,7 @@ from reference_engine.faults import FAULT_EXAMPLES
 
 log = logging.getLogger("reference_engine")
 API_KEY_ENV = "VLLM_API_KEY"  # same variable vLLM reads, so keys need not sit in `ps` output
+PROFILER_DIR_ENV = "VLLM_TORCH_PROFILER_DIR"  # vLLM's switch for its profiling endpoints
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--step-log-size", type=int, help="per-step records kept for /engine/steps")
     add("--stream-byte-budget", type=int,
         help="bytes a streaming client may fall behind before its request is cancelled")
+    add("--profile-dir", help=f"write PyTorch-profiler traces here on POST /stop_profile (or set "
+        f"{PROFILER_DIR_ENV}); torch: real trace, sim: synthetic trace of the timed steps")
+    add("--profile-steps", metavar="START:COUNT",
+        help="profile steps START..START+COUNT-1 without the endpoints (needs --profile-dir)")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -99,6 +104,8 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     given: dict[str, Any] = {k: v for k, v in vars(args).items() if k != "log_level"}
     if "api_key" not in given and os.environ.get(API_KEY_ENV):
         given["api_key"] = os.environ[API_KEY_ENV]
+    if "profile_dir" not in given and os.environ.get(PROFILER_DIR_ENV):
+        given["profile_dir"] = os.environ[PROFILER_DIR_ENV]
     return EngineConfig.with_defaults(given.pop("defaults", "builtin"), **given)
 
 

@@ -34,7 +34,7 @@ class ConfigError(ValueError):
 DEFAULTS_DIR = Path(__file__).parent / "defaults"
 # Settings a default set may not choose: where and how the engine runs, not what it does.
 _NOT_DEFAULTS = {"executor", "model", "served_model_name", "gpu", "device", "api_key", "faults",
-                 "host", "port", "defaults"}
+                 "host", "port", "defaults", "profile_dir", "profile_steps"}
 
 
 @functools.cache
@@ -101,6 +101,8 @@ class EngineConfig:
     stream_interval: int = 1                    # tokens per streamed event (the first goes at once)
     scheduling_policy: str = "fcfs"             # fcfs | priority (the request's `priority`, low first)
     defaults: str = "builtin"                   # the default set these values came from
+    profile_dir: str | None = None              # where /stop_profile writes traces (vLLM: VLLM_TORCH_PROFILER_DIR)
+    profile_steps: str | None = None            # "START:COUNT": profile those steps without the endpoints
 
     def __post_init__(self) -> None:
         if self.executor in DEFAULT_MODELS and not self.model:

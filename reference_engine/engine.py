@@ -25,6 +25,7 @@ from reference_engine.block_pool import BlockPool
 from reference_engine.config import EngineConfig
 from reference_engine.executor import Executor
 from reference_engine.faults import Faults
+from reference_engine.profiling import StepProfiler
 from reference_engine.request import (
     OutputCallback,
     RequestOutput,
@@ -74,6 +75,7 @@ class Engine:
         self.executor = executor if executor is not None else build_executor(config, self.faults)
         # Executors other than sim cannot derate bandwidth themselves: stretch their steps.
         self._stretch = 1.0 if self.executor.name == "sim" else self.faults.device_factor
+        self.profiler = StepProfiler(config.profile_dir, config.profile_steps, self.executor)
         self.pool = BlockPool(self.executor.num_blocks, self.executor.block_size,
                               config.enable_prefix_caching)
         self.scheduler = Scheduler(self.pool, config.max_num_seqs, config.token_budget,
@@ -106,6 +108,8 @@ class Engine:
             self._wake.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self.profiler.active:  # a profile still recording at shutdown is written, not lost
+            self.profiler.poll_stop()
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     on_output: OutputCallback) -> None:
@@ -172,6 +176,7 @@ class Engine:
     # ---- the step loop (engine thread) ----------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
+            self.profiler.poll(self._step_id + 1)  # start/stop profiling between steps
             with self._wake:
                 if not (self._inbox or self._aborts or self.scheduler.has_work()):
                     self._window_start = None  # idle: the next step starts when work arrives
@@ -201,7 +206,8 @@ class Engine:
             return None
         host_s = time.monotonic() - t0
         exec_start = time.monotonic()
-        sampled = self.executor.execute(out.batch) if out.scheduled else {}
+        with self.profiler.annotate(step_id):
+            sampled = self.executor.execute(out.batch) if out.scheduled else {}
         end = time.monotonic()
         extra = (self._stretch - 1.0) * (end - exec_start)
         stall = self.faults.stall_seconds(step_id, start)
@@ -212,6 +218,8 @@ class Engine:
         t1 = time.monotonic()
         self._emit(self.scheduler.update(out, sampled, end))
         host_s += time.monotonic() - t1
+        if out.scheduled:
+            self.profiler.record(step_id, start, end, out.batch)
         return self._record(step_id, start, end, out, stall > 0, host_s)
 
     # ---- step helpers ---------------------------------------------------------------------

@@ -30,6 +30,7 @@ from reference_engine import metrics as prom
 from reference_engine import protocol
 from reference_engine.config import EngineConfig
 from reference_engine.engine import Engine
+from reference_engine.profiling import ProfileError
 from reference_engine.protocol import ApiError, GenerationRequest, invalid
 from reference_engine.request import SamplingParams
 from reference_engine.scheduler import AdmissionError
@@ -274,6 +275,24 @@ async def engine_memory(request: web.Request) -> web.Response:
     return web.json_response(request.app[ENGINE_KEY].memory_report())
 
 
+async def start_profile(request: web.Request) -> web.Response:
+    try:
+        request.app[ENGINE_KEY].profiler.request_start()
+    except ProfileError as exc:
+        raise invalid(None, str(exc)) from None
+    return web.json_response({"status": "profiling"})
+
+
+async def stop_profile(request: web.Request) -> web.Response:
+    profiler = request.app[ENGINE_KEY].profiler
+    try:
+        # Blocks until the engine thread has written the trace: off the event loop.
+        path = await asyncio.get_running_loop().run_in_executor(None, profiler.request_stop)
+    except ProfileError as exc:
+        raise invalid(None, str(exc)) from None
+    return web.json_response({"status": "stopped", "trace": str(path)})
+
+
 def create_app(engine: Engine, config: EngineConfig) -> web.Application:
     """The application; the caller owns the engine's lifetime (start before, stop after)."""
     app = web.Application(middlewares=[error_middleware, auth_middleware(config.api_key)])
@@ -297,4 +316,6 @@ def create_app(engine: Engine, config: EngineConfig) -> web.Application:
     app.router.add_get("/engine/config", engine_config)
     app.router.add_get("/engine/steps", engine_steps)
     app.router.add_get("/engine/memory", engine_memory)
+    app.router.add_post("/start_profile", start_profile)
+    app.router.add_post("/stop_profile", stop_profile)
     return app

@@ -95,6 +95,7 @@ class SimExecutor:
         else:
             self.num_blocks = self.plan.num_blocks
         self.last_prediction_s = 0.0
+        self.last_parts: dict = {}
         self.capture_sizes = config.capture_sizes
         self.piecewise = config.cudagraph_mode == "PIECEWISE"
         self.async_scheduling = config.async_scheduling
@@ -125,6 +126,10 @@ class SimExecutor:
                        bandwidth_fraction=self.bandwidth_fraction)
         # A slow link stretches only the step's TP all-reduces (comm_s is 0 at tp=1).
         device = bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
+        # What the step was made of, for the synthetic profiler trace (profiling.py).
+        self.last_parts = {"breakdown": bd, "launch_s": launch, "device_s": device,
+                           "graph": bool(decode and not prefill and launch != self.eager_s),
+                           "padded_rows": len(decode) - sum(1 for w in batch.seqs if w.is_decode)}
         if self.async_scheduling:
             return max(device, self.overhead_s)
         return device + self.overhead_s
