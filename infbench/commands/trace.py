@@ -30,6 +30,7 @@ _TITLES = {
     "overlap": "Communication time overlapped by computation, per rank (HTA)",
     "launch_summary": "Launch delay (kernel start - launch call end, us) per rank",
     "steps": "Steps: GPU idle inside the work each step launched (CPU-bound at idle share >= 0.5)",
+    "cpu_steps": "Steps of a CPU-only profile: the share of each step its CPU ops cover",
 }
 
 
@@ -129,7 +130,7 @@ def analyze(
 ) -> None:
     """Timeline analysis of an imported trace: idle/compute breakdown, idle causes per stream,
     kernel types and top kernels, comm/compute overlap, launch delays, CPU-bound steps."""
-    names = [n.strip() for n in only.split(",")] if only else list(ANALYSES)
+    names = [n.strip() for n in only.split(",")] if only else [a for a in ANALYSES if a != "cpu_steps"]
     unknown = [n for n in names if n not in ANALYSES]
     if unknown:
         raise _fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
@@ -143,6 +144,8 @@ def analyze(
     try:
         with Timeline(con, trace) as tl:
             trace_id = tl.trace_id
+            if tl.cpu_only and not only:
+                names = ["cpu_steps"]  # what a CPU-only profile (no GPU events) can say
             for n in names:
                 results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
     except TraceError as exc:
@@ -157,7 +160,8 @@ def analyze(
     console = make_console()
     if not console.is_terminal:
         console.width = 200  # piped to a file or a log: rows on one line each, not folded
-    console.print(f"trace {trace_id}")
+    console.print(f"trace {trace_id}" + (" (CPU-only profile: no GPU events; per-step CPU "
+                                           "ops only)" if names == ["cpu_steps"] else ""))
     for n, (cols, rows, text) in results.items():
         t = Table(title=_TITLES[n], title_justify="left")
         for col in cols:

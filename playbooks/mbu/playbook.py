@@ -140,6 +140,9 @@ def diagnose_mbu(con: duckdb.DuckDBPyConnection, ref: str, options: MbuOptions |
     if steps.preemptions:
         diag.notes.append(f"{steps.preemptions} preemptions: recomputed sequences make the "
                           "reconstructed contexts approximate around them")
+    if linked and use is None:
+        diag.notes.append(f"trace {linked[0][0]} is linked but has no GPU ops (a CPU-only "
+                          "profile): the buckets come from the step log")
     if use is not None and tb is None:
         diag.notes.append(f"trace {use} is linked but none of its annotated steps "
                           "(engine_step#N) with GPU ops matches a decode step of the log")

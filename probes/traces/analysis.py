@@ -18,9 +18,11 @@ import duckdb
 
 from probes.traces import timeline_sql as q
 from probes.traces.errors import TraceError
+from probes.traces.steps_sql import CPU_STEPS, STEPS
 
 ANALYSES = ("temporal", "idle", "idle_stats", "kernel_types", "kernels", "overlap",
-            "launch_summary", "steps")
+            "launch_summary", "steps", "cpu_steps")
+STEP_PATTERN = r"^(ProfilerStep|step|engine_step)\s*#\s*\d+"
 
 
 def resolve_trace(con: duckdb.DuckDBPyConnection, ref: str) -> str:
@@ -55,9 +57,13 @@ class Timeline:
         self._sub = {"tl": self.table}
         con.execute(self._render(q.EVENTS.replace("{tl}", self.table)))
         self.events = int(con.execute(f"SELECT count(*) FROM {self.table}").fetchall()[0][0])
-        if self.events == 0:
+        # A CPU-only profile (the torch executor on a CPU) has steps and CPU ops but no GPU
+        # events: only `cpu_steps` applies to it.
+        self.cpu_only = self.events == 0
+        if self.cpu_only and not con.execute(
+                "SELECT count(*) FROM trace_cpu_ops WHERE trace_id = ?", [self.trace_id]).fetchall()[0][0]:
             self.close()
-            raise TraceError(f"trace {self.trace_id}: no GPU events to analyse")
+            raise TraceError(f"trace {self.trace_id}: no GPU events or CPU ops to analyse")
 
     def close(self) -> None:
         self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
@@ -131,12 +137,12 @@ class Timeline:
                             runtime_cutoff=float(runtime_cutoff_us),
                             delay_cutoff=float(launch_delay_cutoff_us))
 
-    def steps_sql(self, step_pattern: str = r"^(ProfilerStep|step|engine_step)\s*#\s*\d+",
-                  cpu_bound_idle_share: float = 0.5) -> str:
-        from probes.traces.steps_sql import STEPS
-
+    def steps_sql(self, step_pattern: str = STEP_PATTERN, cpu_bound_idle_share: float = 0.5) -> str:
         return self._render(self._fill(STEPS), pattern=step_pattern,
                             share=float(cpu_bound_idle_share))
+
+    def cpu_steps_sql(self, step_pattern: str = STEP_PATTERN) -> str:
+        return self._render(CPU_STEPS, pattern=step_pattern)
 
     # ---- results --------------------------------------------------------------------------
     def _df(self, sql: str) -> Any:
@@ -178,17 +184,25 @@ class Timeline:
     def launch_summary(self, runtime_cutoff_us: float = 50, launch_delay_cutoff_us: float = 100) -> Any:
         return self._df(self.launch_summary_sql(runtime_cutoff_us, launch_delay_cutoff_us))
 
-    def cpu_bound_steps(self, step_pattern: str = r"^(ProfilerStep|step|engine_step)\s*#\s*\d+",
-                        cpu_bound_idle_share: float = 0.5) -> Any:
+    def cpu_bound_steps(self, step_pattern: str = STEP_PATTERN, cpu_bound_idle_share: float = 0.5) -> Any:
         """Per annotated step: the GPU span of the kernels it launched, how much of it the GPU
         sat idle, the largest gap; a step is CPU-bound when idle >= the share given."""
         return self._df(self.steps_sql(step_pattern, cpu_bound_idle_share))
 
+    def cpu_steps(self, step_pattern: str = STEP_PATTERN) -> Any:
+        """Per annotated step of a CPU-only profile: its CPU ops and the share of the step
+        they cover (the rest is the engine's own code between ops)."""
+        return self._df(self.cpu_steps_sql(step_pattern))
+
     def query(self, name: str, **kw: Any) -> tuple[list[str], list[tuple[Any, ...]], str]:
         """(columns, rows, sql) of one analysis by name (see ANALYSES), without pandas."""
+        if self.cpu_only and name != "cpu_steps":
+            raise TraceError(f"trace {self.trace_id}: a CPU-only profile (no GPU events); "
+                             f"'{name}' needs GPU kernels, only 'cpu_steps' applies")
         sql = {"temporal": self.temporal_sql, "idle": self.idle_sql,
                "idle_stats": self.idle_stats_sql, "kernel_types": self.kernel_types_all_ranks_sql,
                "kernels": self.kernels_sql, "overlap": self.overlap_sql,
-               "launch_summary": self.launch_summary_sql, "steps": self.steps_sql}[name](**kw)
+               "launch_summary": self.launch_summary_sql, "steps": self.steps_sql,
+               "cpu_steps": self.cpu_steps_sql}[name](**kw)
         rel = self.con.sql(sql)
         return list(rel.columns), rel.fetchall(), sql

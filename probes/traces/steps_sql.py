@@ -43,3 +43,25 @@ SELECT st.rank, st.name AS step, st.step_s AS step_start_us, st.step_e - st.step
 FROM st LEFT JOIN per USING (rank, name, step_s) LEFT JOIN n USING (rank, name, step_s)
 ORDER BY st.rank, st.step_s
 """.replace("MERGED", merged("k", "rank, name, step_s"))
+
+# A CPU-only profile (the torch executor on a CPU): the steps' work is the CPU ops on the
+# step annotation's thread; busy is their union, the rest of the step is the engine's own
+# Python (scheduling, sampling, bookkeeping) between ops.
+CPU_STEPS = """
+WITH st AS (
+  SELECT rank, tid, name, start_ns, end_ns FROM trace_annotations
+  WHERE trace_id = $trace_id AND end_ns IS NOT NULL AND regexp_matches(name, $pattern)
+), k AS (
+  SELECT st.rank, st.name, st.start_ns AS step_s, st.end_ns AS step_e, c.event_id,
+         c.start_ns / 1000.0 AS ts, least(c.end_ns, st.end_ns) / 1000.0 AS e
+  FROM st JOIN trace_cpu_ops c ON c.trace_id = $trace_id AND c.rank = st.rank
+       AND c.tid = st.tid AND c.start_ns >= st.start_ns AND c.start_ns < st.end_ns
+), m AS MERGED
+SELECT st.rank, st.name AS step, (st.end_ns - st.start_ns) / 1000.0 AS step_us,
+       (SELECT count(*) FROM k WHERE k.rank = st.rank AND k.step_s = st.start_ns) AS cpu_ops,
+       coalesce((SELECT sum(e - ts) FROM m WHERE m.rank = st.rank AND m.step_s = st.start_ns), 0)
+         AS ops_busy_us,
+       coalesce((SELECT sum(e - ts) FROM m WHERE m.rank = st.rank AND m.step_s = st.start_ns), 0)
+         / nullif((st.end_ns - st.start_ns) / 1000.0, 0) AS busy_share
+FROM st ORDER BY st.rank, st.start_ns
+""".replace("MERGED", merged("k", "rank, step_s"))
