@@ -18,8 +18,11 @@ from machine_info import describe
 
 from infbench.store import open_store
 from playbooks import diagnose_stalls
-from playbooks.periodicity import SIGNIFICANT_LLR, fit_period
-from playbooks.synthetic import write_timeline
+from playbooks.stalls.periodicity import SIGNIFICANT_LLR, fit_period
+
+# The synthetic timelines are a test helper (not shipped): reach them from the checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.synthetic_runs import write_timeline  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "diagnose_stalls.md"
 NULL_SIZES = (4, 5, 6, 8, 10, 15, 20, 30, 50, 100, 300)
@@ -107,7 +110,7 @@ def main() -> None:
     lines = ["# diagnose stalls: time to diagnose a run, and the period fit's calibration", "",
              f"Machine: {machine} (shared with other work while measured).", "",
              "## Time to diagnose", "",
-             "Synthetic store (playbooks/synthetic.py): 64 requests decoding in lockstep, a 200 ms "
+             "Synthetic store (tests/support/synthetic_runs.py): 64 requests decoding in lockstep, a 200 ms "
              "engine-wide stall every 50 steps, two private stalls; engine step log present.", "",
              "| content chunks | build store (s) | diagnose (s) | verdicts |", "| ---: | ---: | ---: | --- |",
              *diag_rows, "",

@@ -1,8 +1,10 @@
 """Playbooks: each reads a run from the store and returns a `Diagnosis` of findings.
 
 A playbook never talks to a GPU or an engine; it works from recorded rows, so the same
-findings come back from a file someone attached to an incident. Runbooks (markdown) live
-beside the code.
+findings come back from a file someone attached to an incident. Each playbook is a package
+(`stalls/`, `mbu/`, ...) with its runbook (markdown) beside its code, over a shared core:
+`context` (what a run's rows say about its engine and workload), `findings` (the Diagnosis
+and Finding types) and `sql` (query helpers).
 """
 
 from playbooks.findings import Diagnosis, Evidence, Finding

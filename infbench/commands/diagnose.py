@@ -19,7 +19,7 @@ from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
 from playbooks.mbu import MbuOptions, diagnose_mbu
 
-app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*.md).",
+app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*/*.md).",
                   no_args_is_help=True, add_completion=False)
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

@@ -10,13 +10,18 @@ import numpy as np
 
 from playbooks.context import RunContext
 from playbooks.findings import Evidence, Finding
-from playbooks.periodic_sources import JITTER_SCALE, Periodicity
-from playbooks.periodicity import SIGNIFICANT_LLR
-from playbooks.prefill import ELEVATION_FINDING, PrefillResult, measured_budget, roofline_budget
-from playbooks.server_view import SLOWDOWN_FINDING, DecodeVsRoofline, TtftSplit
 from playbooks.sql import fetch_one
-from playbooks.stall_events import Baseline, Events
-from playbooks.stall_tail import Tail
+from playbooks.stalls.events import Baseline, Events
+from playbooks.stalls.periodic_sources import JITTER_SCALE, Periodicity
+from playbooks.stalls.periodicity import SIGNIFICANT_LLR
+from playbooks.stalls.prefill import (
+    ELEVATION_FINDING,
+    PrefillResult,
+    measured_budget,
+    roofline_budget,
+)
+from playbooks.stalls.server_view import SLOWDOWN_FINDING, DecodeVsRoofline, TtftSplit
+from playbooks.stalls.tail import Tail
 
 # A significant period that at least half the pauses keep: the periodic source is the main
 # cause (below that, unrelated pauses dominate and "no regular period" is the honest summary).

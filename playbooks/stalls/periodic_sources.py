@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from playbooks.periodicity import PeriodFit, first_seen, fit_on_grid, fit_period
 from playbooks.sql import fetch_numpy
+from playbooks.stalls.periodicity import PeriodFit, first_seen, fit_on_grid, fit_period
 
 STEP_SHAPES_SQL = """
 SELECT step_id, decode_seqs + (prefill_tokens > 0)::INTEGER AS batch

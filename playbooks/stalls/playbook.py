@@ -1,4 +1,4 @@
-"""Playbook `stalls`: why the token stream stutters. Runbook: playbooks/stalls.md.
+"""Playbook `stalls`: why the token stream stutters. Runbook: playbooks/stalls/stalls.md.
 
 Order of checks: did the engine stop (hang) -> baseline ITL -> stall events -> cross-request test per event -> what the
 engine did at that time (step log) -> periodicity of engine-wide pauses -> prefill
@@ -12,13 +12,11 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from playbooks import prefill as pf
 from playbooks.context import RunContext, load_context
-from playbooks.engine_stopped import engine_stopped_finding
 from playbooks.findings import Diagnosis, Evidence
-from playbooks.periodic_sources import rank_sources
-from playbooks.server_view import decode_vs_roofline, ttft_split
-from playbooks.stall_events import (
+from playbooks.stalls import prefill as pf
+from playbooks.stalls.engine_stopped import engine_stopped_finding
+from playbooks.stalls.events import (
     DEFAULT_MIN_STALL_MS,
     Baseline,
     Events,
@@ -27,7 +25,7 @@ from playbooks.stall_events import (
     find_events,
     load_gaps,
 )
-from playbooks.stall_findings import (
+from playbooks.stalls.findings import (
     engine_wide_finding,
     hol_finding,
     prefill_finding,
@@ -35,7 +33,9 @@ from playbooks.stall_findings import (
     slowdown_finding,
     ttft_finding,
 )
-from playbooks.stall_tail import GapIndex, Tail, tokens_before
+from playbooks.stalls.periodic_sources import rank_sources
+from playbooks.stalls.server_view import decode_vs_roofline, ttft_split
+from playbooks.stalls.tail import GapIndex, Tail, tokens_before
 
 BIMODAL_NOTE = (
     "The cross-request test separates the two modes of a bimodal ITL histogram: a gap seen by "

@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 
 from playbooks.sql import fetch_numpy
-from playbooks.stall_events import Events, Gaps
+from playbooks.stalls.events import Events, Gaps
 
 TOKENS_SQL = "SELECT t_ns FROM chunks WHERE run_id = $run_id AND content ORDER BY t_ns"
 

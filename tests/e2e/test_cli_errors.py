@@ -23,7 +23,7 @@ USAGE = 2
 
 
 def _synthetic_store(path: Path) -> None:
-    from playbooks.synthetic import write_timeline
+    from tests.support.synthetic_runs import write_timeline
 
     con = open_store(path)
     write_timeline(con, requests=8, concurrency=4, tokens=24)

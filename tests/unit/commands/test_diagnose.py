@@ -13,7 +13,7 @@ from infbench.cli import app
 from infbench.commands import diagnose as diagnose_cmd
 from infbench.store import StoreError, open_store
 from infbench.store.findings import load_diagnoses
-from playbooks.synthetic import write_timeline
+from tests.support.synthetic_runs import write_timeline
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from infbench.cli import app
 from infbench.store import open_store
-from playbooks.synthetic import write_timeline
+from tests.support.synthetic_runs import write_timeline
 
 runner = CliRunner()
 

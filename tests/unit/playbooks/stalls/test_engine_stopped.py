@@ -1,4 +1,4 @@
-"""The `engine_stopped` verdict on synthetic timelines (playbooks/synthetic.py): a hung
+"""The `engine_stopped` verdict on synthetic timelines (tests/support/synthetic_runs.py): a hung
 engine is a critical finding; a clean run, a run that simply ended, and a run where one
 request failed are not."""
 
@@ -12,7 +12,7 @@ import pytest
 from infbench.store import open_store
 from playbooks import Diagnosis, diagnose_stalls
 from playbooks.findings import Finding
-from playbooks.synthetic import write_timeline
+from tests.support.synthetic_runs import write_timeline
 
 
 def _diag(tmp_path: Path, **kw: object) -> tuple[Diagnosis, duckdb.DuckDBPyConnection]:

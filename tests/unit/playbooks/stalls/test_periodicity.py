@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from playbooks.periodicity import fit_on_grid, fit_period
+from playbooks.stalls.periodicity import fit_on_grid, fit_period
 
 
 def train(seed: int, period: float, steps: bool, kept: int, jitter: float, missing: float,

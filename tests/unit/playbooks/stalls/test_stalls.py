@@ -1,4 +1,4 @@
-"""The stalls playbook on documented synthetic timelines (playbooks/synthetic.py)."""
+"""The stalls playbook on documented synthetic timelines (tests/support/synthetic_runs.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from infbench.store import open_store
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
-from playbooks.periodicity import fit_period
-from playbooks.synthetic import write_timeline
+from playbooks.stalls.periodicity import fit_period
+from tests.support.synthetic_runs import write_timeline
 
 
 def _diag(tmp_path: Path, **kw: object) -> Diagnosis:
