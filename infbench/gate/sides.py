@@ -76,7 +76,7 @@ def _rate(rule: Rule, s: RunSamples, rows: np.ndarray, slo: dict[str, float] | N
     once it is the run's own rate).
 
     A closed loop holds its concurrency, so a slower server shows as more time in flight per
-    token: concurrency x tokens / time in flight (`stats.Rate`). An open loop's arrivals do
+    token: slots x tokens / time in flight (`stats.Rate`). An open loop's arrivals do
     not wait for the server: the rate is the tokens delivered inside the steady window per
     second, each request counted for the share of its time in flight that fell inside (a
     server that falls behind delivers less of them there); two open-loop runs that did not
@@ -88,8 +88,14 @@ def _rate(rule: Rule, s: RunSamples, rows: np.ndarray, slo: dict[str, float] | N
     busy = s.done_s - s.send_s
     inside = np.clip(np.minimum(s.done_s, t1) - np.maximum(s.send_s, t0), 0.0, None)
     w = _rate_weights(rule, s, slo)
-    if (s.config.get("arrivals") or {}).get("kind") == "closed":
-        return Rate(w[rows], busy[rows], float(inside.sum()) / (t1 - t0))
+    arrivals = s.config.get("arrivals") or {}
+    if arrivals.get("kind") == "closed":
+        # The loop's configured slots, not the measured mean in flight: a client late to send
+        # the next request leaves a slot idle, and that is the client's slowness, not the
+        # server's (the run is flagged client-bound); the server's shows in time in flight.
+        slots = arrivals.get("concurrency")
+        level = float(slots) if isinstance(slots, int | float) and slots > 0 else float(inside.sum()) / (t1 - t0)
+        return Rate(w[rows], busy[rows], level)
     share = np.divide(inside, busy, out=np.zeros_like(inside), where=busy > 0)
     x = w * share
     sub = float(x[rows].sum())
