@@ -91,9 +91,29 @@ def import_trace(con: duckdb.DuckDBPyConnection, path: str | Path,
         except StoreError as exc:
             raise TraceError(str(exc).splitlines()[0]) from None
     trace_id = new_trace_id()
+    staged: list[tuple[Path, int | None, str, dict[str, Any]]] = []
+    try:
+        if source == "kineto":
+            # Parsed before the transaction: a malformed file fails here and aborts nothing.
+            with tempfile.TemporaryDirectory(prefix="infbench-trace-") as tmp:
+                for i, (f, hint) in enumerate(files):
+                    table = f"_kineto_{trace_id.replace('-', '_')}_{i}"
+                    try:
+                        staged.append((f, hint, table, kineto.stage(con, f, Path(tmp), table)))
+                    except TraceError as exc:
+                        raise TraceError(f"{f}: {exc}") from None
+        return _transact(con, path, trace_id, source, files, staged, run_id)
+    finally:
+        for *_, table, _meta in staged:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _transact(con: duckdb.DuckDBPyConnection, path: Path, trace_id: str, source: str,
+              files: list[tuple[Path, int | None]], staged: list[tuple[Path, int | None, str, dict[str, Any]]],
+              run_id: str | None) -> ImportedTrace:
     con.execute("BEGIN TRANSACTION")
     try:
-        ranks_rows, events, notes, fmt, producer = _load(con, trace_id, source, files)
+        ranks_rows, events, notes, fmt, producer = _load(con, trace_id, source, files, staged)
         seen: set[int] = set()
         for row in ranks_rows:
             if row["rank"] in seen:
@@ -127,7 +147,8 @@ def import_trace(con: duckdb.DuckDBPyConnection, path: str | Path,
 
 
 def _load(con: duckdb.DuckDBPyConnection, trace_id: str, source: str,
-          files: list[tuple[Path, int | None]]
+          files: list[tuple[Path, int | None]],
+          staged: list[tuple[Path, int | None, str, dict[str, Any]]],
           ) -> tuple[list[dict[str, Any]], int, list[str], str | None, str | None]:
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -144,15 +165,11 @@ def _load(con: duckdb.DuckDBPyConnection, trace_id: str, source: str,
             notes += facts["notes"]
             fmt, producer = facts["format_version"], facts["producer"]
         return rows, events, notes, fmt, producer
-    with tempfile.TemporaryDirectory(prefix="infbench-trace-") as tmp:
-        for f, hint in files:
-            try:
-                row = kineto.load_rank(con, trace_id, hint, f, Path(tmp))
-            except TraceError as exc:
-                raise TraceError(f"{f}: {exc}") from None
-            events += row.pop("events")
-            fmt = row.pop("format_version")
-            rows.append(row)
+    for f, hint, table, meta in staged:
+        row = kineto.insert(con, trace_id, hint, f, table, meta)
+        events += row.pop("events")
+        fmt = row.pop("format_version")
+        rows.append(row)
     return rows, events, notes, fmt, "PyTorch profiler (Kineto)"
 
 

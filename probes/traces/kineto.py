@@ -156,39 +156,51 @@ def _render(sql: str, **params: Any) -> str:
     return sql
 
 
-def load_rank(con: duckdb.DuckDBPyConnection, trace_id: str, rank_hint: int | None, path: Path,
-              tmpdir: Path) -> dict[str, Any]:
-    """Import one rank's file; return its trace_ranks row (as a dict) and event counts."""
+def stage(con: duckdb.DuckDBPyConnection, path: Path, tmpdir: Path, table: str) -> dict[str, Any]:
+    """Read one rank file's events into the temp table `table`; return the file's metadata.
+    Runs outside the import's transaction: a parse error there would abort it."""
     kf = extract(path, tmpdir)
+    sql = _STAGE.replace("_kineto", table)
     try:
-        con.execute(_STAGE.replace("$path", _quote(str(kf.events_path))))
+        con.execute(sql.replace("$path", _quote(str(kf.events_path))))
     except duckdb.Error as exc:
-        raise TraceError(f"malformed trace events ({str(exc).splitlines()[0]})") from None
+        # The quick guess at where the events end can stop at a later list of objects:
+        # cut again at the earliest possible end before calling the file malformed.
+        kf.events_path.unlink(missing_ok=True)
+        kf = extract(path, tmpdir, thorough=True)
+        try:
+            con.execute(sql.replace("$path", _quote(str(kf.events_path))))
+        except duckdb.Error:
+            raise TraceError(f"malformed trace events ({str(exc).splitlines()[0]})") from None
     finally:
         kf.events_path.unlink(missing_ok=True)
-    meta = kf.metadata
+    return kf.metadata
+
+
+def insert(con: duckdb.DuckDBPyConnection, trace_id: str, rank_hint: int | None, path: Path,
+           table: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """Sort a staged rank file into the trace tables; return its trace_ranks row (as a dict)
+    with the event count and format version."""
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) else rank_hint
     rank = 0 if rank is None else rank
     params = {"trace_id": _quote(trace_id), "rank": str(int(rank)), "dtype_bytes": _dtype_case()}
-    for sql in _INSERTS:
-        con.execute(_render(sql, **params))
-    con.execute(_render(_COLLECTIVES, **params))
+    for sql in (*_INSERTS, _COLLECTIVES):
+        con.execute(_render(sql, **params).replace("_kineto", table))
     stats = con.execute(
         f"""SELECT count(*), min(start_ns) FILTER ({_COMPLETE}),
                    max(start_ns + dur_ns) FILTER ({_COMPLETE}),
                    bool_or(start_ns % 1000 <> 0)
-            FROM _kineto""").fetchone()
-    events, start, end, fractional = stats if stats else (0, None, None, False)
+            FROM {table}""").fetchall()
+    events, start, end, fractional = stats[0] if stats else (0, None, None, False)
     skipped = dict(con.execute(
-        f"""SELECT coalesce(cat, ph, '?'), count(*) FROM _kineto
+        f"""SELECT coalesce(cat, ph, '?'), count(*) FROM {table}
             WHERE NOT ({_COMPLETE} AND (coalesce(stream, -1) <> -1
                   OR cat IN ('cpu_op', 'Operator', 'python_function', 'user_annotation',
                              'gpu_user_annotation')
                   OR lower(cat) LIKE '%runtime' OR lower(cat) LIKE '%driver'))
               AND NOT (ph IN ('i', 'I') AND cat = 'cpu_instant_event')
             GROUP BY ALL ORDER BY 1""").fetchall())
-    con.execute("DROP TABLE _kineto")
     base = meta.get("baseTimeNanoseconds")
     rest = {k: v for k, v in meta.items() if k not in ("deviceProperties", "traceEvents")}
     rest["events_not_imported"] = skipped

@@ -71,9 +71,14 @@ def _rest_is_object_tail(text: str, i: int) -> bool:
             return False
 
 
-def _array_end(f: BinaryIO, size: int) -> int:
-    """Offset of the `]` that closes the events array in a file that starts with its `[`."""
-    window = 1 << 20
+def _array_end(f: BinaryIO, size: int, thorough: bool = False) -> int:
+    """Offset of the `]` that closes the events array in a file that starts with its `[`.
+
+    Fast path: the last valid closing bracket that follows an object (events are objects; a
+    metadata list of strings after the events, Kineto's INFO, ends otherwise). `thorough`
+    takes the earliest valid one instead, for the rare file with a list of objects after
+    its events (the fast guess then fails to parse and the caller asks again)."""
+    window = 64 << 10
     while True:
         start = max(0, size - window)
         f.seek(start)
@@ -83,19 +88,17 @@ def _array_end(f: BinaryIO, size: int) -> int:
         pos = len(text)
         while (pos := text.rfind("]", 0, pos)) >= 0:
             if _rest_is_object_tail(text, pos + 1):
+                if not thorough and text[:pos].rstrip().endswith(("}", "[")):
+                    return start + pos
                 found = pos  # keep looking: the earliest valid one closes the events
-        if found is not None:
-            before = text[:found].rstrip()
-            # Events are objects: a `]` after a string or number closes some later metadata
-            # list (Kineto's INFO), not the events; look further back.
-            if before.endswith(("}", "[")) or start == 0:
-                return start + found
+        if found is not None and (start == 0 or text[:found].rstrip().endswith(("}", "["))):
+            return start + found
         if start == 0:
             raise TraceError("the traceEvents array is not closed (truncated file?)")
         window *= 8
 
 
-def extract(path: Path, tmpdir: Path) -> KinetoFile:
+def extract(path: Path, tmpdir: Path, thorough: bool = False) -> KinetoFile:
     """Write the events of the Kineto trace at `path` to a file in `tmpdir`; parse the rest."""
     out = tmpdir / (path.name.replace(".gz", "") + ".events.json")
     try:
@@ -121,7 +124,7 @@ def extract(path: Path, tmpdir: Path) -> KinetoFile:
             del head
             shutil.copyfileobj(src, dst, _CHUNK)
             size = dst.tell()
-            end = _array_end(dst, size)
+            end = _array_end(dst, size, thorough)
             dst.seek(end + 1)
             tail = dst.read()
             dst.truncate(end + 1)

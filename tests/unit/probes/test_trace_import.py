@@ -162,3 +162,15 @@ def test_missing_path_and_empty_directory(con, tmp_path: Path) -> None:
         import_trace(con, tmp_path / "d")
     with pytest.raises(TraceError, match="run 'x'|no run|not"):
         import_trace(con, SAMPLED, run="x")
+
+
+def test_a_list_of_objects_after_the_events_is_not_taken_for_them(con, tmp_path: Path) -> None:
+    doc = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    events = doc.pop("traceEvents")
+    text = json.dumps({**doc, "traceEvents": events, "later": [{"a": 1}, {"b": [2]}], "INFO": ["x]"]})
+    p = tmp_path / "after.json"
+    p.write_text(text)
+    t = import_trace(con, p)
+    assert t.counts["trace_gpu_ops"] == 139 and t.events == len(events)
+    meta = json.loads(con.execute("SELECT metadata FROM trace_ranks").fetchone()[0])
+    assert meta["later"] == [{"a": 1}, {"b": [2]}]
