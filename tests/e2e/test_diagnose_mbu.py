@@ -73,8 +73,12 @@ def test_mbu_matches_the_engine_and_the_trace_names_the_bucket(tmp_path: Path, c
     con = open_store(db)
     try:
         diag = diagnose_mbu(con, "last", MbuOptions())
+        # the same diagnosis reached from the trace: its linked run gives model, GPU and bytes
+        trace_id = json.loads(r.stdout)["trace_id"]
+        by_trace = diagnose_mbu(con, trace_id, MbuOptions())
     finally:
         con.close()
+    assert by_trace.run_id == diag.run_id and by_trace.context["buckets"] == diag.context["buckets"]
     mbu = diag.context["mbu"]
     assert abs(mbu - truth) <= 0.02, (mbu, truth)
     assert diag.data_sources["trace"] and diag.context["buckets_source"] == "trace"
@@ -109,6 +113,12 @@ def test_cli_names_the_dashboard_mistake_and_saves_findings(tmp_path: Path) -> N
     stored = con.execute("SELECT count(*) FROM findings WHERE playbook = 'mbu'").fetchall()[0][0]
     con.close()
     assert stored == len(verdicts)
+    # the HTML report shows the stored findings with their evidence and SQL
+    page = tmp_path / "report.html"
+    r = infbench("report", "last", "--db", str(db), "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    html = page.read_text()
+    assert "decode_mbu" in html and "dashboard_achievable_bandwidth" in html and "engine_steps" in html
     for args in (["--reported", "-1"], ["--reported", "250"], ["--gpu", "no-such-gpu"]):
         r = infbench("diagnose", "mbu", "last", "--db", str(db), *args)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
