@@ -85,7 +85,7 @@ class StepProfiler:
         if not self.enabled:
             raise ProfileError("profiling is off: start the engine with --profile-dir DIR")
         with self._lock:
-            if self.active and self._want is not False:
+            if (self.active and self._want is not False) or self._want is True:
                 raise ProfileError("a profile is already being recorded")
             self._want = True
             self._done.clear()
