@@ -31,9 +31,10 @@ MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
 # Named as Kineto names its cuda_sync events, so one classifier reads both sources.
 SYNC_KINDS = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync",
               4: "Context Sync"}
-NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
-NVTX_MARK = 34
-NVTX_DOMAIN_CREATE = 75
+# NVTX event types as ENUM_NSYS_EVENT_TYPE numbers them (2024 exports); read from that table
+# when the export has it, these values otherwise.
+NVTX_EVENT_TYPES = {"nvtxmark": 34, "nvtxpushpoprange": 59, "nvtxstartendrange": 60,
+                    "nvtxdomaincreate": 75, "nvtxthread": 39}
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -94,6 +95,18 @@ class _Db:
             return fallback
         label = "label" if "label" in cols else "name"
         return {int(i): str(n) for i, n in self.con.execute(f'SELECT id, "{label}" FROM "{table}"')}
+
+    def nvtx_types(self) -> dict[str, int]:
+        """NVTX event type -> eventType number, from ENUM_NSYS_EVENT_TYPE when present (its
+        name or label column, compared without case and underscores)."""
+        codes = dict(NVTX_EVENT_TYPES)
+        for row in self.dicts("ENUM_NSYS_EVENT_TYPE"):
+            ident = row.get("id")
+            for v in row.values():
+                key = str(v).lower().replace("_", "").replace(" ", "")
+                if isinstance(ident, int) and key in codes:
+                    codes[key] = ident
+        return codes
 
     def dicts(self, table: str) -> list[dict[str, Any]]:
         if table not in self.tables:
@@ -239,7 +252,8 @@ def _load(con: duckdb.DuckDBPyConnection, db: _Db, trace_id: str, path: Path,
     for name, table in staged.items():
         con.register(name, table)
     try:
-        ranks = _ranks(con, db)
+        nv = db.nvtx_types()
+        ranks = _ranks(con, db, nv["nvtxthread"])
         if rank is not None:
             if len(ranks) > 1:
                 raise TraceError(f"holds {len(ranks)} GPU processes; import a multi-process "
@@ -249,8 +263,9 @@ def _load(con: duckdb.DuckDBPyConnection, db: _Db, trace_id: str, path: Path,
                                              "rank": pa.array([r for _, r in ranks], pa.int32())}))
         params = {"trace_id": "'" + trace_id.replace("'", "''") + "'",
                   "pid_of_gpid": _pid("o.globalPid"), "pid_of_gtid": _pid("globalTid"),
-                  "mark": str(NVTX_MARK), "ranges": ", ".join(map(str, NVTX_RANGES)),
-                  "domain_create": str(NVTX_DOMAIN_CREATE)}
+                  "mark": str(nv["nvtxmark"]),
+                  "ranges": f"{nv['nvtxpushpoprange']}, {nv['nvtxstartendrange']}",
+                  "domain_create": str(nv["nvtxdomaincreate"])}
         for sql in (_GPU_OPS, _API, _NVTX, _COLLECTIVES):
             con.execute(_render(sql, **params))
         events = sum(t.num_rows for n, t in staged.items() if not n.endswith(("_kinds", "strings")))
@@ -278,7 +293,7 @@ def _load(con: duckdb.DuckDBPyConnection, db: _Db, trace_id: str, path: Path,
                                                meta.get("EXPORT_PRODUCT_VERSION")))) or None}
 
 
-def _ranks(con: duckdb.DuckDBPyConnection, db: _Db) -> list[tuple[int, int]]:
+def _ranks(con: duckdb.DuckDBPyConnection, db: _Db, thread_type: int) -> list[tuple[int, int]]:
     """(pid, rank) for each process with GPU activity: the rank an NVTX thread name gives it
     (MPI tools name threads "MPI Rank N"), else its place in pid order."""
     pids = [r[0] for r in con.execute(f"""
@@ -288,7 +303,7 @@ def _ranks(con: duckdb.DuckDBPyConnection, db: _Db) -> list[tuple[int, int]]:
         WHERE globalPid IS NOT NULL ORDER BY pid""").fetchall()]
     named = dict(con.execute(f"""
         SELECT {_pid('globalTid')}, min(TRY_CAST(regexp_extract(text, '(?i)rank\\s*(\\d+)', 1) AS INTEGER))
-        FROM _ns_nvtx WHERE eventType = 39 AND regexp_matches(text, '(?i)rank\\s*\\d+')
+        FROM _ns_nvtx WHERE eventType = {int(thread_type)} AND regexp_matches(text, '(?i)rank\\s*\\d+')
         GROUP BY ALL""").fetchall())
     ranks = [(p, named.get(p)) for p in pids]
     if any(r is None for _, r in ranks) or len({r for _, r in ranks}) < len(ranks):

@@ -19,7 +19,10 @@ from pathlib import Path
 _GPU_COLS = "start, end, deviceId, contextId, streamId, correlationId, globalPid"
 
 
-def make_new_schema(old: Path, new: Path) -> Path:
+def make_new_schema(old: Path, new: Path, nvtx_type_offset: int | None = None) -> Path:
+    """The 3.x-style copy; with `nvtx_type_offset`, keep the NVTX rows but number their event
+    types `offset +` the old number and name them in ENUM_NSYS_EVENT_TYPE, so only a reader
+    of the ENUM table finds the ranges."""
     new.unlink(missing_ok=True)
     con = sqlite3.connect(new)
     con.execute("ATTACH DATABASE ? AS old", (f"file:{old}?mode=ro",))
@@ -59,6 +62,20 @@ def make_new_schema(old: Path, new: Path) -> Path:
         CREATE TABLE TARGET_INFO_GPU AS SELECT * FROM old.TARGET_INFO_GPU;
         CREATE TABLE TARGET_INFO_SESSION_START_TIME AS SELECT * FROM old.TARGET_INFO_SESSION_START_TIME;
     """)
+    if nvtx_type_offset is not None:
+        off = int(nvtx_type_offset)
+        con.executescript(f"""
+            CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER PRIMARY KEY, name TEXT, label TEXT);
+            INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES ({off + 34}, 'NVTX_MARK', 'NvtxMark'),
+                ({off + 39}, 'NVTX_THREAD', 'NvtxThread'),
+                ({off + 59}, 'NVTX_PUSHPOP_RANGE', 'NvtxPushPopRange'),
+                ({off + 60}, 'NVTX_STARTEND_RANGE', 'NvtxStartEndRange'),
+                ({off + 75}, 'NVTX_DOMAIN_CREATE', 'NvtxDomainCreate');
+            CREATE TABLE NVTX_EVENTS AS SELECT start, end, eventType + {off} AS eventType, rangeId,
+                category, color, text, globalTid, endGlobalTid, textId, domainId, uint64Value,
+                int64Value, doubleValue, uint32Value, int32Value, floatValue, jsonTextId, jsonText
+                FROM old.NVTX_EVENTS;
+        """)
     con.commit()
     con.execute("DETACH DATABASE old")
     con.close()

@@ -174,3 +174,11 @@ def test_a_list_of_objects_after_the_events_is_not_taken_for_them(con, tmp_path:
     assert t.counts["trace_gpu_ops"] == 139 and t.events == len(events)
     meta = json.loads(con.execute("SELECT metadata FROM trace_ranks").fetchone()[0])
     assert meta["later"] == [{"a": 1}, {"b": [2]}]
+
+
+def test_nsys_nvtx_event_types_come_from_the_enum_table_when_present(con, tmp_path: Path) -> None:
+    new = make_new_schema(nsys_sqlite(tmp_path), tmp_path / "enum.sqlite", nvtx_type_offset=1000)
+    t = import_trace(con, new)
+    nvtx = con.execute("SELECT count(*), any_value(domain) FROM trace_annotations "
+                       "WHERE trace_id = ? AND kind = 'nvtx_range'", [t.trace_id]).fetchone()
+    assert nvtx == (22, "MPI")
