@@ -2,7 +2,8 @@
 
 Two runs with the same fingerprint sent the same requests: request k of one is request k of
 the other, with the same intended send time, input-length target and max_tokens. The gate
-uses it to pair runs request by request and to refuse comparing runs that are not paired.
+uses it to pair runs request by request; runs whose fingerprints differ are compared unpaired
+(with a warning), and refused only when their configuration says they should have matched.
 
 What goes in, per request, ordered by its key:
 
