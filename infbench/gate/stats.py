@@ -24,6 +24,7 @@ way a HAC/Conley estimator sums neighbours), and `widen` stretches the replicate
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
 import numpy as np
@@ -64,7 +65,7 @@ def resample_counts(n: int, b: int, rng: np.random.Generator) -> Iterator[np.nda
         yield np.bincount(idx.ravel(), minlength=r * n).reshape(r, n).astype(float)
 
 
-class Statistic:
+class Statistic(ABC):
     """One run's statistic over n resampling units: its value, its replicates under a counts
     matrix (replicates x n), and each unit's influence on its log (for quantiles up to a
     positive factor, the density's, that two runs of one workload share)."""
@@ -77,11 +78,13 @@ class Statistic:
     def value(self) -> float:
         return float(self.replicates(np.ones((1, self.n)))[0])
 
+    @abstractmethod
     def replicates(self, counts: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The statistic under each row of resampling counts (replicates x n)."""
 
+    @abstractmethod
     def influence(self) -> np.ndarray:
-        raise NotImplementedError
+        """Each unit's influence on the statistic's log."""
 
     def alone(self, b: int, rng: np.random.Generator) -> np.ndarray:
         """b replicates of this statistic resampled on its own (not paired with another)."""

@@ -20,9 +20,9 @@ from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.mbu.compute import MbuResult, compute, padded_batch
 from playbooks.mbu.mistakes import RunFacts, classify, nearest
 from playbooks.mbu.setup import ByteModel, MbuSetup, byte_model, resolve_setup
-from playbooks.mbu.sql import fetch
 from playbooks.mbu.steps import DecodeSteps, load_steps
 from playbooks.mbu.trace import TraceBuckets, linked_traces, trace_buckets
+from playbooks.sql import fetch
 
 BUCKET_WORDS = {
     "kernel_efficiency": "kernels move the bytes slower than the datasheet bandwidth",

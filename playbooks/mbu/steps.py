@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 
 from playbooks.mbu.setup import ByteModel
-from playbooks.mbu.sql import fetch_numpy
+from playbooks.sql import fetch_numpy
 
 STEPS_SQL = """
 WITH s AS (

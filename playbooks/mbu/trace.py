@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from playbooks.mbu.sql import fetch, fetch_numpy
+from playbooks.sql import fetch, fetch_numpy
 
 STEP_PATTERN = r"(?i)^(engine_step|step|ProfilerStep)\s*#\s*(\d+)$"
 
