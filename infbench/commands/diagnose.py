@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from infbench.console import make_console, print_error
+from infbench.console import make_console, print_error, print_warning
 from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
@@ -110,34 +111,13 @@ def stalls(
                               "with the run (replacing this playbook's earlier ones)."),
 ) -> None:
     """Why the token stream stutters: stall events, periodicity, prefill interference."""
-    saved: int | None = None
     try:
         options = StallOptions(itl_target_ms=itl_target, min_stall_ms=min_stall, model=model, gpu=gpu)
         options.validate()
-        con, not_saved = _open(db, save)
-        try:
-            diag = diagnose_stalls(con, run_id, options)
-            if save and not_saved is None:
-                try:
-                    saved = save_diagnosis(con, diag.to_dict())
-                except StoreError as exc:
-                    not_saved = str(exc)
-        finally:
-            con.close()
-    except (StoreError, ValueError) as exc:
+    except ValueError as exc:
         raise _fail(str(exc).splitlines()[0]) from None
-    if not_saved is not None:
-        Console(stderr=True, soft_wrap=True).print(
-            f"[yellow]warning:[/] findings diagnosed but not saved: {not_saved.splitlines()[0]}",
-            highlight=False)
-    if json_out:
-        sys.stdout.write(json.dumps(diag.to_dict(), indent=2, default=str) + "\n")
-        return
-    console = make_console()
-    print_diagnosis(console, diag, sql)
-    if saved is not None:
-        console.print(f"[dim]saved {saved} finding(s) to {db}; `infbench report {diag.run_id} "
-                      f"--db {db} --html FILE` shows them[/]", highlight=False)
+    _run_playbook(lambda con: diagnose_stalls(con, run_id, options), db, save, json_out, sql,
+                  report_hint=True)
 
 
 @app.command("mbu")
@@ -156,13 +136,24 @@ def mbu(
 ) -> None:
     """Decode MBU computed right, where the missing bandwidth goes, and which dashboard mistake
     explains a reported figure (runbook: playbooks/mbu/mbu.md)."""
-    saved: int | None = None
     try:
         options = MbuOptions(reported=reported, model=model, gpu=gpu, tensor_parallel_size=tp)
         options.validate()
+    except ValueError as exc:
+        raise _fail(str(exc).splitlines()[0]) from None
+    _run_playbook(lambda con: diagnose_mbu(con, ref, options), db, save, json_out, sql,
+                  report_hint=False)
+
+
+def _run_playbook(run: Callable[[duckdb.DuckDBPyConnection], Diagnosis], db: Path, save: bool,
+                  json_out: bool, sql: bool, *, report_hint: bool) -> None:
+    """Diagnose, keep the findings with the run unless told not to (a store that cannot be
+    written is still diagnosed, with a warning), then show them."""
+    saved: int | None = None
+    try:
         con, not_saved = _open(db, save)
         try:
-            diag = diagnose_mbu(con, ref, options)
+            diag = run(con)
             if save and not_saved is None:
                 try:
                     saved = save_diagnosis(con, diag.to_dict())
@@ -173,13 +164,13 @@ def mbu(
     except (StoreError, ValueError) as exc:
         raise _fail(str(exc).splitlines()[0]) from None
     if not_saved is not None:
-        Console(stderr=True, soft_wrap=True).print(
-            f"[yellow]warning:[/] findings diagnosed but not saved: {not_saved.splitlines()[0]}",
-            highlight=False)
+        print_warning(f"findings diagnosed but not saved: {not_saved.splitlines()[0]}")
     if json_out:
         sys.stdout.write(json.dumps(diag.to_dict(), indent=2, default=str) + "\n")
         return
     console = make_console()
     print_diagnosis(console, diag, sql)
     if saved is not None:
-        console.print(f"[dim]saved {saved} finding(s) to {db}[/]", highlight=False)
+        hint = (f"; `infbench report {diag.run_id} --db {db} --html FILE` shows them"
+                if report_hint else "")
+        console.print(f"saved {saved} finding(s) to {db}{hint}", style="dim", markup=False)
