@@ -78,6 +78,9 @@ Version 5
     ``configs``, ``config_values``, ``bisections``, ``bisect_probes``: see
     ``infbench.store.config_schema``.
 
+Version 7
+    ``gpu_samples``: GPU telemetry per GPU per sample; see ``infbench.store.gpu_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -88,6 +91,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
+from infbench.store.gpu_schema import GPU_DDL, GPU_MIGRATION_DESCRIPTION
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
 
 # Column lists are the single source of truth: the DDL and the Arrow schema used by the
@@ -400,6 +404,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(5, CONFIG_MIGRATION_DESCRIPTION, CONFIG_DDL),
     Migration(6, TRACE_MIGRATION_DESCRIPTION, TRACE_DDL),
+    Migration(7, GPU_MIGRATION_DESCRIPTION, GPU_DDL),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
