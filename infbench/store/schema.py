@@ -81,6 +81,13 @@ Version 5
 Version 7
     ``gpu_samples``: GPU telemetry per GPU per sample; see ``infbench.store.gpu_schema``.
 
+Version 8 (fleet runs: one workload over several replicas)
+    ``requests`` gains ``replica`` (the replica the router sent it to; NULL for a run against
+    one URL) and ``replica_concurrency`` (requests in flight on that replica, this one
+    included, when it was handed to the socket: the load it met, for comparisons at matched
+    load); ``metric_samples`` and ``engine_steps`` gain ``replica`` (whose /metrics or step
+    log the row came from).
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -173,8 +180,11 @@ REQUESTS = Table(
         ("last_choices_ns", "BIGINT"),
         ("usage_ns", "BIGINT"),
         ("done_ns", "BIGINT"),
+        ("replica", "VARCHAR"),
+        ("replica_concurrency", "INTEGER"),
     ),
-    added=(("last_choices_ns", 4), ("usage_ns", 4), ("done_ns", 4)),
+    added=(("last_choices_ns", 4), ("usage_ns", 4), ("done_ns", 4), ("replica", 8),
+           ("replica_concurrency", 8)),
 )
 
 CHUNKS = Table(
@@ -200,7 +210,9 @@ METRIC_SAMPLES = Table(
         ("name", "VARCHAR"),
         ("labels", "VARCHAR"),
         ("value", "DOUBLE"),
+        ("replica", "VARCHAR"),
     ),
+    added=(("replica", 8),),
 )
 
 ENGINE_STEPS = Table(
@@ -218,7 +230,9 @@ ENGINE_STEPS = Table(
         ("kv_blocks_used", "INTEGER"),
         ("kv_blocks_total", "INTEGER"),
         ("fault", "VARCHAR"),
+        ("replica", "VARCHAR"),
     ),
+    added=(("replica", 8),),
 )
 
 CLIENT_SAMPLES = Table(
@@ -405,6 +419,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, CONFIG_MIGRATION_DESCRIPTION, CONFIG_DDL),
     Migration(6, TRACE_MIGRATION_DESCRIPTION, TRACE_DDL),
     Migration(7, GPU_MIGRATION_DESCRIPTION, GPU_DDL),
+    Migration(
+        8,
+        "fleet runs: requests carry their replica and its concurrency at send; metric samples "
+        "and engine steps carry the replica they came from",
+        (*REQUESTS.add_columns_ddl(8), *METRIC_SAMPLES.add_columns_ddl(8),
+         *ENGINE_STEPS.add_columns_ddl(8)),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
