@@ -88,6 +88,10 @@ Version 8 (fleet runs: one workload over several replicas)
     load); ``metric_samples`` and ``engine_steps`` gain ``replica`` (whose /metrics or step
     log the row came from).
 
+Version 9
+    ``link_probes``, ``collectives``: collective and point-to-point link measurements
+    (``infbench probe links``, imported nccl-tests output); see ``infbench.store.links_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -99,6 +103,7 @@ import pyarrow as pa
 
 from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
 from infbench.store.gpu_schema import GPU_DDL, GPU_MIGRATION_DESCRIPTION
+from infbench.store.links_schema import LINKS_DDL, LINKS_MIGRATION_DESCRIPTION
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
 
 # Column lists are the single source of truth: the DDL and the Arrow schema used by the
@@ -426,6 +431,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         (*REQUESTS.add_columns_ddl(8), *METRIC_SAMPLES.add_columns_ddl(8),
          *ENGINE_STEPS.add_columns_ddl(8)),
     ),
+    Migration(9, LINKS_MIGRATION_DESCRIPTION, LINKS_DDL),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
