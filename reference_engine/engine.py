@@ -180,6 +180,11 @@ class Engine:
             with self._wake:
                 if not (self._inbox or self._aborts or self.scheduler.has_work()):
                     self._window_start = None  # idle: the next step starts when work arrives
+                    # A timed executor's clock owes nothing across idle time; the torch
+                    # executor computes for real and has no clock to reset.
+                    reset = getattr(self.executor, "idle", None)
+                    if reset is not None:
+                        reset()
                     self._wake.wait(timeout=0.5)
                     continue
             try:

@@ -14,7 +14,7 @@ from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.engine import Engine
 from reference_engine.executor import SeqWork, StepBatch
 from reference_engine.request import SamplingParams
-from reference_engine.sim_executor import EOS_ID, SimExecutor
+from reference_engine.sim_executor import EOS_ID, MAX_CATCH_UP_S, SimExecutor
 
 
 def work(seq_id: int, tokens: int, start: int, outputs: int, sample: bool = True,
@@ -59,6 +59,77 @@ def test_execute_waits_until_the_deadline_from_the_step_start(
     monkeypatch.setattr(time, "sleep", sleeps.append)
     ex.execute(StepBatch(2, batch.seqs, start_time=time.monotonic() - 10.0))
     assert sleeps == []
+
+
+class _LateClock:
+    """A monotonic clock whose sleeps wake late by a scripted amount (a busy neighbour)."""
+
+    def __init__(self, late_by_step: dict[int, float]) -> None:
+        self.now = 1000.0
+        self.late_by_step = late_by_step
+        self.step = 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        # sleep(0) only yields; give it a microsecond so the yield loop ends. The late wake
+        # comes at the yield just before the deadline, so it is late by exactly its amount.
+        self.now += seconds or 1e-6 + self.late_by_step.pop(self.step, 0.0)
+
+
+def _chained_steps(ex: SimExecutor, clock: _LateClock, n: int) -> list[float]:
+    """Run n steps back to back as the engine does (each starts where the last ended)."""
+    seqs = [work(i, 1, 300, 1, sample=False) for i in range(16)]
+    start, durations = clock.now, []
+    for k in range(n):
+        clock.step = k
+        ex.execute(StepBatch(k, seqs, start_time=start))
+        durations.append(clock.now - start)
+        start = clock.now
+    return durations
+
+
+@pytest.mark.parametrize("late_s, step", [(0.0031, 2), (0.0117, 7), (0.00045, 11)])
+def test_a_late_wake_is_made_up_by_the_next_steps(
+        monkeypatch: pytest.MonkeyPatch, late_s: float, step: int) -> None:
+    ex = SimExecutor(EngineConfig(num_gpu_blocks=100))
+    clock = _LateClock({step: late_s})
+    monkeypatch.setattr(time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(time, "sleep", clock.sleep)
+    p = ex.predict(StepBatch(0, [work(i, 1, 300, 1, sample=False) for i in range(16)]))
+    durations = _chained_steps(ex, clock, 20)
+    assert durations[step] > p + late_s / 2  # the late step itself is long ...
+    # ... but the device kept its clock: 20 steps last 20 predictions, late wake made up.
+    assert sum(durations) == pytest.approx(20 * p, abs=1e-4)
+
+
+def test_a_long_delay_is_kept_as_a_stall_beyond_the_catch_up_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = SimExecutor(EngineConfig(num_gpu_blocks=100))
+    clock = _LateClock({4: 0.137})
+    monkeypatch.setattr(time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(time, "sleep", clock.sleep)
+    p = ex.predict(StepBatch(0, [work(i, 1, 300, 1, sample=False) for i in range(16)]))
+    durations = _chained_steps(ex, clock, 30)
+    late = durations[4] - p
+    assert late > MAX_CATCH_UP_S
+    assert sum(durations) == pytest.approx(30 * p + late - MAX_CATCH_UP_S, abs=1e-4)
+
+
+def test_idle_time_owes_nothing_to_the_next_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = SimExecutor(EngineConfig(num_gpu_blocks=100))
+    clock = _LateClock({0: 0.009})
+    monkeypatch.setattr(time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(time, "sleep", clock.sleep)
+    seqs = [work(i, 1, 300, 1, sample=False) for i in range(16)]
+    p = ex.predict(StepBatch(0, seqs))
+    ex.execute(StepBatch(0, seqs, start_time=clock.now))
+    ex.idle()  # the engine found nothing to run
+    clock.step, start = 1, clock.now + 0.5
+    clock.now = start
+    ex.execute(StepBatch(1, seqs, start_time=start))
+    assert clock.now - start == pytest.approx(p, abs=1e-5)
 
 
 def test_tokens_are_printable_deterministic_and_seedable() -> None:
