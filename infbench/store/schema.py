@@ -92,6 +92,11 @@ Version 9
     ``link_probes``, ``collectives``: collective and point-to-point link measurements
     (``infbench probe links``, imported nccl-tests output); see ``infbench.store.links_schema``.
 
+Version 10
+    ``prometheus_pulls`` (a run's window pulled from a Prometheus server; the samples go to
+    ``metric_samples`` with ``source = 'prometheus'``) and ``runs.t0_unix_ns`` (the run's
+    start on the Unix clock); see ``infbench.store.prometheus_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -104,6 +109,7 @@ import pyarrow as pa
 from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
 from infbench.store.gpu_schema import GPU_DDL, GPU_MIGRATION_DESCRIPTION
 from infbench.store.links_schema import LINKS_DDL, LINKS_MIGRATION_DESCRIPTION
+from infbench.store.prometheus_schema import PROMETHEUS_DDL, PROMETHEUS_MIGRATION_DESCRIPTION
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
 
 # Column lists are the single source of truth: the DDL and the Arrow schema used by the
@@ -432,6 +438,7 @@ MIGRATIONS: tuple[Migration, ...] = (
          *ENGINE_STEPS.add_columns_ddl(8)),
     ),
     Migration(9, LINKS_MIGRATION_DESCRIPTION, LINKS_DDL),
+    Migration(10, PROMETHEUS_MIGRATION_DESCRIPTION, PROMETHEUS_DDL),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
