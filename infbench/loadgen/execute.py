@@ -66,6 +66,15 @@ async def _drive(runner: Runner, settings: RunSettings, progress: ProgressHook |
     return outcome, (caught[0] if caught else None)
 
 
+def _set_t0(con: Any, run_id: str, t0_ns: int) -> None:
+    """The run's start on the monotonic clock its rows use, and on the Unix clock (read now,
+    as an offset between the two, so the start stays exact): what other hosts' records, such
+    as Prometheus samples, are put on the run's axis with."""
+    unix_ns = t0_ns + (time.time_ns() - time.monotonic_ns())
+    con.execute("UPDATE runs SET t0_monotonic_ns = ?, t0_unix_ns = ? WHERE run_id = ?",
+                [t0_ns, unix_ns, run_id])
+
+
 def execute_run(
     settings: RunSettings,
     workload: Workload,
@@ -93,7 +102,7 @@ def execute_run(
         except BaseException as exc:
             try:
                 writer.close()
-                con.execute("UPDATE runs SET t0_monotonic_ns = ? WHERE run_id = ?", [runner.t0_ns, run_id])
+                _set_t0(con, run_id, runner.t0_ns)
             finally:
                 reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -101,7 +110,7 @@ def execute_run(
             raise
         writer.close()
         # The runner restarts its clock after opening connections; rows are relative to that.
-        con.execute("UPDATE runs SET t0_monotonic_ns = ? WHERE run_id = ?", [runner.t0_ns, run_id])
+        _set_t0(con, run_id, runner.t0_ns)
         mark_cooldown(con, run_id, outcome.last_send_ns, settings.cooldown_s)
         a = settings.arrivals
         summary = summarize(con, run_id, slo, open_loop_uncapped=a.kind != "closed" and a.concurrency == 0)
