@@ -97,6 +97,11 @@ Version 10
     ``metric_samples`` with ``source = 'prometheus'``) and ``runs.t0_unix_ns`` (the run's
     start on the Unix clock); see ``infbench.store.prometheus_schema``.
 
+Version 11
+    ``hang_captures``, ``hang_ranks``, ``hang_pg_config``, ``hang_pg_status``,
+    ``hang_fr_entries``, ``hang_stacks``: every rank's Flight Recorder dump and Python stacks
+    captured from a hung engine (``infbench diagnose hang``); see ``infbench.store.hang_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -108,6 +113,7 @@ import pyarrow as pa
 
 from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
 from infbench.store.gpu_schema import GPU_DDL, GPU_MIGRATION_DESCRIPTION
+from infbench.store.hang_schema import HANG_DDL, HANG_MIGRATION_DESCRIPTION
 from infbench.store.links_schema import LINKS_DDL, LINKS_MIGRATION_DESCRIPTION
 from infbench.store.prometheus_schema import PROMETHEUS_DDL, PROMETHEUS_MIGRATION_DESCRIPTION
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
@@ -439,6 +445,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(9, LINKS_MIGRATION_DESCRIPTION, LINKS_DDL),
     Migration(10, PROMETHEUS_MIGRATION_DESCRIPTION, PROMETHEUS_DDL),
+    Migration(11, HANG_MIGRATION_DESCRIPTION, HANG_DDL),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
