@@ -34,12 +34,13 @@ COLLECTIVE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("dtype", "VARCHAR"),
     ("redop", "VARCHAR"),
     ("root", "INTEGER"),
-    ("ranks", "INTEGER NOT NULL"),     # ranks taking part (the n of busbw's factor)
+    ("ranks", "INTEGER"),              # ranks taking part (the n of busbw's factor); NULL: unknown
     ("group_ranks", "VARCHAR"),        # which ranks, '0,1,2,3' (NULL when the source does not say)
     ("src_rank", "INTEGER"),           # pairwise send/recv: the pair
     ("dst_rank", "INTEGER"),
     ("in_place", "BOOLEAN NOT NULL"),
     ("repeat", "INTEGER NOT NULL"),
+    ("step", "INTEGER"),               # bisect: which comparison (groups of one step are paired by repeat)
     ("iters", "INTEGER"),
     ("time_us", "DOUBLE NOT NULL"),
     ("algbw_gbps", "DOUBLE"),
