@@ -31,6 +31,7 @@ from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
 from infbench.loadgen.calibrate import Counter
 from infbench.loadgen.client import RawResponse, make_pool, stream_post
 from infbench.loadgen.health import HealthMonitor, HealthSample
+from infbench.loadgen.memory_ledger import memory_row
 from infbench.loadgen.pacer import Pacer
 from infbench.loadgen.rows import parse_now, parse_stream, request_row
 from infbench.loadgen.run_types import LiveStats, RunOutcome, RunSettings
@@ -76,6 +77,7 @@ class Runner:
         self._requests = ColumnBuffer("requests")
         self._metrics = ColumnBuffer("metric_samples")
         self._steps = ColumnBuffer("engine_steps")
+        self._memory = ColumnBuffer("memory_samples")  # derived from each /metrics scrape
         self._client = ColumnBuffer("client_samples")
         self._next_idx = 0
         # Requests sent or still to come from sessions begun: the count the stop-by-count
@@ -412,6 +414,9 @@ class Runner:
     def _on_metrics(self, cols: dict[str, list[Any]]) -> None:
         if cols["name"]:
             self._metrics.extend(cols)
+            memory = memory_row(cols)
+            if memory is not None:
+                self._memory.append(memory)
         if len(self._metrics) >= 20000:
             self.writer.put_buffer(self._metrics)
 
@@ -424,5 +429,6 @@ class Runner:
         while self._backlog:
             idx, spec, intended_ns, raw = self._backlog.popleft()
             self._record(idx, spec, intended_ns, raw, parse_now(raw, self.workload.needs_text))
-        for buf in (self._chunks, self._requests, self._metrics, self._steps, self._client):
+        for buf in (self._chunks, self._requests, self._metrics, self._steps, self._client,
+                    self._memory):
             self.writer.put_buffer(buf)

@@ -102,6 +102,11 @@ Version 11
     ``hang_fr_entries``, ``hang_stacks``: every rank's Flight Recorder dump and Python stacks
     captured from a hung engine (``infbench diagnose hang``); see ``infbench.store.hang_schema``.
 
+Version 12
+    ``memory_samples`` (memory series scraped during a run), ``startup_logs`` /
+    ``startup_events`` (engine start-up logs) and the ``kv_ledger`` view; see
+    ``infbench.store.memory_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -115,6 +120,11 @@ from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTIO
 from infbench.store.gpu_schema import GPU_DDL, GPU_MIGRATION_DESCRIPTION
 from infbench.store.hang_schema import HANG_DDL, HANG_MIGRATION_DESCRIPTION
 from infbench.store.links_schema import LINKS_DDL, LINKS_MIGRATION_DESCRIPTION
+from infbench.store.memory_schema import (
+    MEMORY_DDL,
+    MEMORY_MIGRATION_DESCRIPTION,
+    MEMORY_SAMPLE_COLUMNS,
+)
 from infbench.store.prometheus_schema import PROMETHEUS_DDL, PROMETHEUS_MIGRATION_DESCRIPTION
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
 
@@ -267,9 +277,11 @@ CLIENT_SAMPLES = Table(
     ),
 )
 
-BULK_TABLES: dict[str, Table] = {
-    t.name: t for t in (REQUESTS, CHUNKS, METRIC_SAMPLES, ENGINE_STEPS, CLIENT_SAMPLES)
-}
+# The bulk tables migration 1 created; a later bulk table is created by its own migration.
+_V1_BULK_TABLES = (REQUESTS, CHUNKS, METRIC_SAMPLES, ENGINE_STEPS, CLIENT_SAMPLES)
+MEMORY_SAMPLES = Table("memory_samples", MEMORY_SAMPLE_COLUMNS)  # version 12
+
+BULK_TABLES: dict[str, Table] = {t.name: t for t in (*_V1_BULK_TABLES, MEMORY_SAMPLES)}
 
 DIAGNOSES = Table(
     "diagnoses",
@@ -406,7 +418,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
         "initial schema: runs, requests, chunks, metric_samples, engine_steps, client_samples",
-        (RUNS_DDL, *(t.ddl() for t in BULK_TABLES.values()), *VIEWS_V1),
+        (RUNS_DDL, *(t.ddl() for t in _V1_BULK_TABLES), *VIEWS_V1),
     ),
     Migration(
         2,
@@ -446,6 +458,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, LINKS_MIGRATION_DESCRIPTION, LINKS_DDL),
     Migration(10, PROMETHEUS_MIGRATION_DESCRIPTION, PROMETHEUS_DDL),
     Migration(11, HANG_MIGRATION_DESCRIPTION, HANG_DDL),
+    Migration(12, MEMORY_MIGRATION_DESCRIPTION, (MEMORY_SAMPLES.ddl(), *MEMORY_DDL)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
