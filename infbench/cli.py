@@ -44,6 +44,8 @@ COMMANDS = [
          "Sweep load (concurrency or request rate) and find the knee and the goodput maximum."),
     Lazy("config", f"{_C}.config", "app",
          "Engine configurations: capture, diff ranked by impact, bisect by measurement."),
+    Lazy("metrics", f"{_C}.metrics", "app",
+         "Server-side metrics: pull a run's window from Prometheus into the store."),
 ]
 
 app = typer.Typer(

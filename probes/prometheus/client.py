@@ -236,3 +236,20 @@ def _matrix(data: Any, expected: str) -> list[Series]:
         values = [(float(t), _parse_value(v)) for t, v in item.get("values") or []]
         out.append(Series(metric.pop("__name__", ""), metric, values))
     return out
+
+
+def connect(url: str, *, token_env: str | None = None, token_file: str | Path | None = None,
+            ca_file: str | Path | None = None, insecure: bool = False,
+            timeout_s: float = 10.0) -> PrometheusClient:
+    """A client from command-line options; ValueError (one line) for anything the user must
+    fix: a bad URL, an unset token variable, an unreadable token or CA file."""
+    if ca_file is not None and not Path(ca_file).is_file():
+        raise ValueError(f"prometheus CA file: {ca_file} is not a file")
+    if insecure and ca_file is not None:
+        raise ValueError("prometheus: --prometheus-insecure and a CA file contradict each other")
+    try:
+        token = read_token(token_env, token_file)
+        return PrometheusClient(url, token=token, ca_file=ca_file, insecure=insecure,
+                                timeout_s=timeout_s)
+    except PrometheusError as exc:
+        raise ValueError(f"prometheus: {exc}") from None

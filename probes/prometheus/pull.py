@@ -12,12 +12,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from infbench.store import StoreError, get_run
+from infbench.store import StoreError, get_run, open_store
 from probes.prometheus.catalog import FAMILIES, Family
 from probes.prometheus.client import FATAL, PrometheusClient, PrometheusError, QueryResult
 from probes.prometheus.labels import format_labels
@@ -216,3 +217,13 @@ def _note_in_summary(con: duckdb.DuckDBPyConnection, run_id: str, report: PullRe
     summary["prometheus"] = report.as_dict()
     con.execute("UPDATE runs SET summary = ? WHERE run_id = ?",
                 [json.dumps(summary, sort_keys=True), run_id])
+
+
+def pull_into_store(db: str | Path, run_ref: str, client: PrometheusClient, *,
+                    selector: str | None = None, wait_s: float = 0.0) -> PullReport:
+    """`pull_run` on a store file: opens it, pulls, closes it (StoreError for the store)."""
+    con = open_store(db)
+    try:
+        return pull_run(con, run_ref, client, selector=selector, wait_s=wait_s)
+    finally:
+        con.close()

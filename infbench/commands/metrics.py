@@ -1,0 +1,64 @@
+"""`infbench metrics pull RUN --prometheus URL`: a run's window of server-side series."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from infbench.console import make_console, print_error, print_warning
+from infbench.store import StoreError
+from probes.prometheus.client import connect
+from probes.prometheus.pull import pull_into_store
+
+app = typer.Typer(help="Server-side metrics: pull a run's window from Prometheus into the store.",
+                  no_args_is_help=True, add_completion=False)
+
+PULL_EXAMPLE = ("infbench metrics pull last --prometheus http://prometheus:9090 "
+                "--selector 'namespace=\"serving\",pod=~\"vllm-.*\"' --token-env PROM_TOKEN")
+
+
+@app.command("pull")
+def pull(
+    run: str = typer.Argument(..., help="Run id, a unique prefix of one, or 'last'."),
+    prometheus: str = typer.Option(..., help="Prometheus base URL (http or https)."),
+    selector: str | None = typer.Option(None, help="Label matchers choosing the target's series, e.g. 'namespace=\"x\",pod=~\"vllm-.*\"' (default: the scrape target at the run's URL)."),
+    token_env: str | None = typer.Option(None, help="Environment variable holding a bearer token (never stored or printed)."),
+    token_file: Path | None = typer.Option(None, help="File holding a bearer token (never stored or printed)."),
+    ca_file: Path | None = typer.Option(None, help="CA bundle to verify an https Prometheus with."),
+    insecure: bool = typer.Option(False, "--insecure", help="Do not verify the server's TLS certificate."),
+    timeout: float = typer.Option(10.0, help="Seconds to wait for each answer."),
+    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
+    json_out: bool = typer.Option(False, "--json", help="What was pulled, as JSON on stdout."),
+) -> None:
+    """Pull a run's window from Prometheus into the store (vLLM, SGLang, dcgm-exporter and node series; histograms as buckets).
+
+    Replaces the run's earlier pull. Exit 1 when nothing could be stored (server down,
+    errors only, no matching series), 0 otherwise (a partial pull warns).
+    """
+    try:
+        client = connect(prometheus, token_env=token_env, token_file=token_file,
+                         ca_file=ca_file, insecure=insecure, timeout_s=timeout)
+    except ValueError as exc:
+        print_error(str(exc))
+        raise typer.Exit(2) from None
+    if not db.is_file():
+        print_error(f"db: {db} does not exist")
+        raise typer.Exit(2)
+    try:
+        report = pull_into_store(db, run, client, selector=selector)
+    except StoreError as exc:
+        print_error(str(exc))
+        raise typer.Exit(2) from None
+    if json_out:
+        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    else:
+        fams = ", ".join(f"{k} {v}" for k, v in report.families.items() if v) or "none"
+        make_console().print(f"{report.status}: {report.series} series, {report.samples} samples "
+                             f"at {report.step_s:g} s steps (series per family: {fams})")
+    if report.warning:
+        print_warning(report.warning)
+    if report.status in ("failed", "empty"):
+        raise typer.Exit(1)
