@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from reference_engine import startup_log
 from reference_engine.config import REDACTED, EngineConfig
 from reference_engine.faults import FAULT_EXAMPLES
 
@@ -123,7 +124,12 @@ async def serve(config: EngineConfig) -> None:
     from reference_engine.engine import Engine
     from reference_engine.server import create_app
 
-    engine = Engine(config)
+    try:
+        engine = Engine(config)
+    except ValueError:
+        startup_log.log_failed(config)
+        raise
+    startup_log.log_started(engine.executor, config, engine.pool.num_blocks)
     engine.start()
     runner = web.AppRunner(create_app(engine, config), handler_cancellation=True,
                            access_log=None)
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
              if k != "log_level"}
     log.info("non-default args: %s", shown)
     log.info("%s", config.vllm_config_line())
+    startup_log.configure(args.log_level)
     try:
         asyncio.run(serve(config))
     except (ValueError, OSError) as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -156,10 +157,63 @@ class RequestMetrics:
                 self.e2e_request_latency, self.request_queue_time)
 
 
-def render(stats: EngineStatsLike, requests: RequestMetrics, model_name: str) -> str:
+@dataclass(frozen=True)
+class MemoryGauges:
+    """Where the engine process's memory is, read at scrape time.
+
+    `rss_bytes` is the process's resident set (prometheus_client's process collector, which
+    vLLM serves, names it `process_resident_memory_bytes`); `num_gpu_blocks` and
+    `block_size` are the KV pool as vLLM's `vllm:cache_config_info` labels carry it;
+    `components` is the executor's own account (weights, kv_pool, other: fixed at start);
+    `allocator` the torch allocator's counters where the executor has one (CUDA).
+    """
+
+    rss_bytes: int | None
+    num_gpu_blocks: int
+    block_size: int
+    components: dict[str, int]
+    allocator: dict[str, int]
+
+
+def process_rss_bytes() -> int | None:
+    """Resident memory of this process (Linux /proc), None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _memory_lines(mem: MemoryGauges, labels: list[tuple[str, str]]) -> list[str]:
+    lines = []
+    if mem.rss_bytes is not None:
+        lines += ["# HELP process_resident_memory_bytes Resident memory size in bytes.",
+                  "# TYPE process_resident_memory_bytes gauge",
+                  f"process_resident_memory_bytes {_fmt(float(mem.rss_bytes))}"]
+    info = _labels([*labels, ("block_size", str(mem.block_size)),
+                    ("num_gpu_blocks", str(mem.num_gpu_blocks))])
+    lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+              "# TYPE vllm:cache_config_info gauge", f"vllm:cache_config_info{info} 1.0",
+              "# HELP reference_engine:memory_bytes Bytes the executor set aside at start, "
+              "by component.", "# TYPE reference_engine:memory_bytes gauge"]
+    for component, value in sorted(mem.components.items()):
+        lines.append(f"reference_engine:memory_bytes"
+                     f"{_labels([*labels, ('component', component)])} {_fmt(float(value))}")
+    for key, value in sorted(mem.allocator.items()):
+        name = f"reference_engine:torch_{key}_bytes"
+        lines += [f"# HELP {name} torch CUDA caching allocator: {key} bytes.",
+                  f"# TYPE {name} gauge", f"{name}{_labels(labels)} {_fmt(float(value))}"]
+    return lines
+
+
+def render(stats: EngineStatsLike, requests: RequestMetrics, model_name: str,
+           memory: MemoryGauges | None = None) -> str:
     """The whole exposition for one scrape, ending with a newline as the format requires."""
     labels = [("model_name", model_name)]
     lines: list[str] = []
+    if memory is not None:
+        lines += _memory_lines(memory, labels)
     for fam in _ENGINE_FAMILIES:
         value = getattr(stats, fam.attribute)
         name = fam.name + ("_total" if fam.kind == "counter" else "")

@@ -254,8 +254,23 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics_route(request: web.Request) -> web.Response:
     app = request.app
-    text = prom.render(app[ENGINE_KEY].stats(), app[METRICS_KEY], app[CONFIG_KEY].model_name)
+    engine = app[ENGINE_KEY]
+    text = prom.render(engine.stats(), app[METRICS_KEY], app[CONFIG_KEY].model_name,
+                       memory_gauges(engine))
     return web.Response(body=text.encode(), headers={"Content-Type": prom.CONTENT_TYPE})
+
+
+def memory_gauges(engine: Engine) -> prom.MemoryGauges:
+    # The executor's components (fixed at start) and the process's RSS; the memory-growth
+    # fault's retained bytes are not a series of their own: like a real leak, they show
+    # only in RSS.
+    report = engine.executor.memory_report()
+    allocator = getattr(engine.executor, "allocator_stats", None)
+    return prom.MemoryGauges(
+        rss_bytes=prom.process_rss_bytes(), num_gpu_blocks=engine.pool.num_blocks,
+        block_size=engine.pool.block_size,
+        components={k: int(v) for k, v in report.items()},
+        allocator=allocator() if allocator is not None else {})
 
 
 async def engine_config(request: web.Request) -> web.Response:

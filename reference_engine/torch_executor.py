@@ -141,6 +141,15 @@ class TorchExecutor:
         # allocator counter, so nothing persistent is reported beyond weights and KV.
         return {"weights": weights, "kv_pool": kv_pool, "other": other}
 
+    def allocator_stats(self) -> dict[str, int]:
+        """The CUDA caching allocator's counters (bytes in live tensors, bytes held from the
+        device): their gap is what fragmentation costs. The CPU has no caching allocator,
+        so nothing is reported there."""
+        if self.device.type != "cuda":
+            return {}
+        return {"allocated": int(torch.cuda.memory_allocated(self.device)),
+                "reserved": int(torch.cuda.memory_reserved(self.device))}
+
     # -- step preparation -------------------------------------------------------------
 
     def _flatten(self, works: list[SeqWork]) -> _FlatBatch:
