@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import duckdb
 import typer
 
 from infbench.config.model import CaptureError
@@ -16,6 +17,8 @@ from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS
 from infbench.loadgen.execute import execute_run
+from infbench.loadgen.fleet import Replica, RoutePolicy, parse_replicas, parse_route, read_targets
+from infbench.loadgen.fleet_setup import preflight_fleet
 from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.local_engine import target_url
 from infbench.loadgen.outcome import EXIT_CODES_HELP, exit_code, validate_max_error_rate
@@ -30,7 +33,8 @@ from infbench.loadgen.workloads import (
 from infbench.loadgen.workloads.build import DEFAULT_OUTPUT_TOKENS, build_workload
 from infbench.report.live import live_progress
 from infbench.report.terminal import print_summary
-from infbench.store import StoreError
+from infbench.store import StoreError, open_store
+from probes.gpu.run_metrics import gpu_samples_from_run
 
 DEFAULT_DURATION_S = 30.0
 
@@ -41,7 +45,9 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def run(
-    url: str | None = typer.Option(None, help="Base URL of an OpenAI-compatible server; default: start the bundled engine."),
+    url: list[str] = typer.Option([], help="Base URL of an OpenAI-compatible server; default: start the bundled engine. Repeat for a fleet (one workload over several replicas; NAME=URL names one)."),
+    targets: Path | None = typer.Option(None, help="Fleet: a file of replicas, one a line: [NAME=]URL [dcgm=METRICS_URL] (a dcgm-exporter endpoint scraped beside its /metrics)."),
+    route: str | None = typer.Option(None, help="Fleet routing: round-robin (default) | least-outstanding | share:NAME=W,... (or share:W,W,... in replica order)."),
     api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer key (never stored)."),
     model: str | None = typer.Option(None, help="Model name; default: the first from /v1/models."),
     endpoint: str = typer.Option("completions", help="completions | chat"),
@@ -98,13 +104,20 @@ def run(
             duration = DEFAULT_DURATION_S
         if db.exists() and db.is_dir():
             raise ValueError(f"db: {db} is a directory")
+        replicas, policy = _fleet(url, targets, route, metrics_url)
     except ValueError as exc:
         raise fail(str(exc)) from None
 
     try:
-        with target_url(url, engine_arg, console) as base:
+        single = url[0] if url and not replicas else None
+        with target_url(replicas[0].url if replicas else single, engine_arg, console) as base:
             try:
-                target = asyncio.run(preflight(base, endpoint, model, api_key, metrics_url))
+                if replicas:
+                    target, fleet_warnings = asyncio.run(preflight_fleet(replicas, endpoint, model, api_key))
+                    for warning in fleet_warnings:
+                        print_warning(warning, console)
+                else:
+                    target = asyncio.run(preflight(base, endpoint, model, api_key, metrics_url))
                 wl = build_workload(
                     workload, input_len=in_len, output_len=out_len, target=target,
                     prefix_groups=prefix_groups, prefix_tokens=prefix_tokens, turns=turns,
@@ -117,11 +130,13 @@ def run(
                     prompt_salt=None if reuse_prompts else new_salt(),
                     ignore_eos=ignore_eos and target.ignore_eos_supported, temperature=temperature,
                     metrics_url=target.metrics_url, steps_url=target.steps_url,
-                    steps_after=target.steps_after, scrape_interval_s=scrape_interval)
+                    steps_after=target.steps_after, scrape_interval_s=scrape_interval,
+                    replicas=replicas, route=policy)
                 settings.validate()
             except (PreflightError, ValueError) as exc:
                 raise fail(str(exc)) from None
-            config = resolved_config(settings, wl, target, slo_ms, bundled=url is None, engine_args=engine_arg)
+            bundled = not url and not replicas
+            config = resolved_config(settings, wl, target, slo_ms, bundled=bundled, engine_args=engine_arg)
             for warning in config["workload_warnings"]:  # before the run, not only after it
                 print_warning(warning, console)
             progress = None if quiet else (lambda st, s: live_progress(st, s, console))
@@ -137,6 +152,16 @@ def run(
         link_run_config(db, result.run_id)
     except (StoreError, CaptureError) as exc:
         print_warning(f"the target's configuration was not captured: {exc}", console)
+    # GPU telemetry the targets exported in dcgm-exporter names (the reference engine's
+    # simulated device, a replica's dcgm-exporter): per replica into gpu_samples.
+    try:
+        con = open_store(db)
+        try:
+            gpu_samples_from_run(con, result.run_id)
+        finally:
+            con.close()
+    except (StoreError, ValueError, duckdb.Error) as exc:
+        print_warning(f"GPU telemetry scraped from the targets was not stored: {exc}", console)
     summary = result.summary
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
@@ -148,6 +173,23 @@ def run(
                      signalled=result.signal_name is not None)
     if code:
         raise typer.Exit(code)
+
+
+def _fleet(urls: list[str], targets: Path | None, route: str | None,
+           metrics_url: str | None) -> tuple[list[Replica], RoutePolicy]:
+    """The replicas of a fleet run (none for one target) and its routing."""
+    if targets is not None and urls:
+        raise ValueError("targets: give the replicas with --url or in --targets, not both")
+    replicas = read_targets(targets) if targets is not None else (
+        parse_replicas(urls) if len(urls) > 1 else [])
+    if not replicas:
+        if route is not None:
+            raise ValueError("route: routing needs a fleet (--url A --url B ..., or --targets FILE)")
+        return [], RoutePolicy("round-robin")
+    if metrics_url is not None:
+        raise ValueError("metrics-url: a fleet scrapes each replica's URL/metrics; give a "
+                         "replica's dcgm-exporter endpoint in --targets (dcgm=URL)")
+    return replicas, parse_route(route or "round-robin", replicas)
 
 
 run.__doc__ = f"{run.__doc__}\n\n{EXIT_CODES_HELP}"

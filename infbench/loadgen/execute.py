@@ -18,6 +18,7 @@ from typing import Any
 from infbench.loadgen.cache_share import prefix_cache_check
 from infbench.loadgen.client import run_timed
 from infbench.loadgen.fingerprint import store_fingerprint
+from infbench.loadgen.fleet_summary import fleet_summary
 from infbench.loadgen.input_lengths import input_length_check
 from infbench.loadgen.outcome import Outcome, classify
 from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
@@ -131,6 +132,9 @@ def execute_run(
         summary["warnings"].extend(config.get("workload_warnings") or [])
         summary["scrapes"] = outcome.scrapes
         summary["scrape_errors"] = outcome.scrape_errors
+        if settings.replicas:  # a fleet run: per replica and for the fleet
+            summary["fleet"] = fleet_summary(con, run_id, settings.replicas, settings.route,
+                                             outcome.replica_scrapes)
         finish_run(con, run_id, status=status.status, reason=status.reason, summary=summary,
                    client_bound=summary["client_bound"])
         return RunResult(run_id, outcome, summary, sig, status)

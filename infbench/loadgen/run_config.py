@@ -45,4 +45,8 @@ def resolved_config(settings: RunSettings, wl: Workload, target: Target, slo: di
                      "stream_options.include_usage": True},
         "slo_ms": slo,
         "scrape_interval_s": settings.scrape_interval_s,
+        # A fleet run only: its replicas (the first is target.url) and the routing.
+        **({"fleet": {"replicas": [r.describe() for r in settings.replicas],
+                      "route": settings.route.describe(settings.replicas)}}
+           if settings.replicas else {}),
     }

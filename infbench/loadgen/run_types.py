@@ -11,6 +11,7 @@ import numpy as np
 
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS
+from infbench.loadgen.fleet import Replica, RoutePolicy
 from infbench.loadgen.health import HealthSample
 from infbench.loadgen.seeds import Streams, new_salt
 
@@ -39,6 +40,10 @@ class RunSettings:
     scrape_interval_s: float = 1.0
     sample_interval_s: float = 1.0
     drain_timeout_s: float | None = None  # wait for in-flight after sending stops
+    # A fleet run: the replicas (the first is `url`) and how sessions are routed among them.
+    # Empty: one target at `url`, scraped at metrics_url/steps_url, rows without a replica.
+    replicas: list[Replica] = field(default_factory=list)
+    route: RoutePolicy = field(default_factory=lambda: RoutePolicy("round-robin"))
 
     def validate(self) -> None:
         self.arrivals.validate()
@@ -55,6 +60,10 @@ class RunSettings:
         if self.request_timeout_s <= 0:
             raise ValueError("request_timeout: must be > 0")
         Streams(self.seed, self.prompt_salt)  # raises on a negative seed or a bad salt
+        if self.replicas and self.replicas[0].url != self.url:
+            raise ValueError("replicas: the first replica must be the run's url")
+        if self.route.kind == "share" and len(self.route.weights) != len(self.replicas):
+            raise ValueError("route: one share weight per replica")
 
 
 @dataclass
@@ -93,3 +102,6 @@ class RunOutcome:
     scrape_errors: dict[str, int]
     scrapes: dict[str, int]
     sizing: dict[str, int] = field(default_factory=dict)  # /tokenize calls on the send path
+    # Fleet runs: per replica name, its scrape counts and failures ({"metrics", "steps",
+    # "gpu_metrics", "*_errors"}); empty for one target.
+    replica_scrapes: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -30,12 +30,13 @@ import numpy as np
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
 from infbench.loadgen.calibrate import Counter
 from infbench.loadgen.client import RawResponse, make_pool, stream_post
+from infbench.loadgen.fleet import Replica, Router
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.memory_ledger import memory_row
 from infbench.loadgen.pacer import Pacer
 from infbench.loadgen.rows import parse_now, parse_stream, request_row
 from infbench.loadgen.run_types import LiveStats, RunOutcome, RunSettings
-from infbench.loadgen.scrape import Scraper
+from infbench.loadgen.scrape import ScrapeGroup
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.sizing import Sizer
 from infbench.loadgen.sse import ParsedStream
@@ -70,7 +71,6 @@ class Runner:
         self.t0_ns = t0_ns
         self.stats = LiveStats(started_ns=t0_ns)
         self.health = HealthMonitor(settings.sample_interval_s)
-        self._url = settings.url + ENDPOINTS[settings.endpoint]
         self._path = ENDPOINTS[settings.endpoint]  # under the URL's own path, if it has one
         self._headers = auth_headers(settings.api_key)
         self._chunks = ArrayBuffer("chunks")
@@ -93,8 +93,17 @@ class Runner:
         self._consecutive_conn_errors = 0
         self._streams = Streams(settings.seed, settings.prompt_salt)
         self._pacer = Pacer()
-        # Finished requests waiting to be parsed and turned into rows (see `_recorder`).
-        self._backlog: deque[tuple[int, RequestSpec, int, RawResponse]] = deque()
+        # One target, or the fleet's replicas: the router picks each session's replica and
+        # counts what is in flight on each (a request's concurrency at send is recorded).
+        self._fleet = bool(settings.replicas)
+        self._replicas = settings.replicas or [Replica(
+            name="", url=settings.url, metrics_url=settings.metrics_url,
+            steps_url=settings.steps_url, steps_after=settings.steps_after)]
+        self._router = Router(settings.route, len(self._replicas))
+        self._pools: list[Any] = []
+        # Finished requests waiting to be parsed and turned into rows (see `_recorder`):
+        # (idx, spec, intended_ns, raw, replica index, its concurrency at send).
+        self._backlog: deque[tuple[int, RequestSpec, int, RawResponse, int, int]] = deque()
         self._backlog_ready = asyncio.Event()
 
     # -- control -----------------------------------------------------------------------
@@ -120,14 +129,13 @@ class Runner:
 
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:
-        pool = make_pool(self.s.url, self.s.request_timeout_s)
-        self._pool = pool
+        self._pools = [make_pool(r.url, self.s.request_timeout_s) for r in self._replicas]
         # Scrapes go over their own connections, so they never queue behind a stream.
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         background: list[asyncio.Task[Any]] = []
         gc_threshold = gc.get_threshold()
         try:
-            await self._prewarm(pool)
+            await self._prewarm()
             # Everything allocated so far (modules, workload, session) lives for the whole run:
             # keep it out of the collector's scans, and collect young objects less often.
             gc.collect()
@@ -139,12 +147,9 @@ class Runner:
             self.t0_ns = time.monotonic_ns()
             self.stats.started_ns = self.t0_ns
             background.append(asyncio.create_task(self.health.run(self._on_health)))
-            scraper = Scraper(session, self.s.metrics_url, self.s.steps_url, self._headers,
-                              self.s.scrape_interval_s, on_metrics=self._on_metrics,
-                              on_steps=self._on_steps, t0_ns=self.t0_ns,
-                              _last_step=self.s.steps_after)
-            if self.s.metrics_url or self.s.steps_url:
-                background.append(asyncio.create_task(scraper.run()))
+            scrapers = ScrapeGroup(session, self._replicas, self._headers, self.s.scrape_interval_s,
+                                   self.t0_ns, self._on_metrics, self._on_steps, self._fleet)
+            background.extend(asyncio.create_task(t) for t in scrapers.tasks())
             if self._sizer.model.source == "tokenize":  # the target counts: size against it
                 counter = Counter(session, self.s.url, self.s.endpoint, self.s.model, self._headers, tokenize=True)
 
@@ -160,32 +165,36 @@ class Runner:
             else:
                 await self._open_loop(sessions)
             await self._drain()
-            if self.s.metrics_url or self.s.steps_url:
-                await scraper.scrape_once()  # the state at the end of the run
+            await scrapers.scrape_once()  # the state at the end of the run
         finally:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            await pool.close()
+            for pool in self._pools:
+                await pool.close()
             await session.close()
             gc.set_threshold(*gc_threshold)
             gc.unfreeze()
             self._flush_all()
+        self._router.check_invariants()
+        scrapes, scrape_errors = scrapers.totals()
         return RunOutcome(
             status="interrupted" if self._interrupted else "completed",
             reason=self._stop_reason,
             requests=self._next_idx,
             last_send_ns=self._last_send_ns,
-            scrape_errors=scraper.errors,
-            scrapes=scraper.scrapes,
+            scrape_errors=scrape_errors,
+            scrapes=scrapes,
             sizing=dict(vars(self._sizer.stats)),
+            replica_scrapes=scrapers.per_replica(),
         )
 
-    async def _prewarm(self, pool: Any) -> None:
-        """Open the connection pool before the clock starts, one cheap GET per connection (a
+    async def _prewarm(self) -> None:
+        """Open the connection pools before the clock starts, one cheap GET per connection (a
         target without /v1/models answers 404, which warms the connection just as well)."""
-        n = self.s.arrivals.concurrency or _PREWARM_OPEN_LOOP
-        await pool.open(min(n, _PREWARM_MAX), pool.request_bytes("/v1/models", b"", self._headers, method="GET"))
+        n = min(self.s.arrivals.concurrency or _PREWARM_OPEN_LOOP, _PREWARM_MAX)
+        for pool in self._pools:
+            await pool.open(n, pool.request_bytes("/v1/models", b"", self._headers, method="GET"))
 
     async def _drain(self) -> None:
         if not self._tasks:
@@ -278,6 +287,7 @@ class Runner:
             self._committed += self._turns
         sent = 0
         conversation: int | None = None
+        replica = self._router.pick()  # the session's turns stay on one replica
         try:
             spec = first if first is not None else next(sess, None)
             intended = first_intended_ns
@@ -285,7 +295,8 @@ class Runner:
                 conversation = spec.conversation_id
                 if spec is not first:
                     await self._sizer.size(spec)
-                reply = await self._send(spec, intended if intended is not None else time.monotonic_ns())
+                reply = await self._send(spec, intended if intended is not None else time.monotonic_ns(),
+                                         replica)
                 sent += 1
                 intended = None  # later turns follow the previous reply at once
                 if self._interrupted:  # the end of --duration does not stop a begun session
@@ -301,34 +312,38 @@ class Runner:
             if cap is not None:
                 cap.release()
 
-    async def _send(self, spec: RequestSpec, intended_ns: int) -> str | None:
+    async def _send(self, spec: RequestSpec, intended_ns: int, replica: int = 0) -> str | None:
         idx = self._next_idx
         self._next_idx += 1  # claimed before waiting, so the stop-by-count check sees it
         await self._pacer.turn()
         body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
                           ignore_eos=self.s.ignore_eos, temperature=self.s.temperature)
-        request = self._pool.request_bytes(self._path, body, self._headers)
+        pool = self._pools[replica]
+        request = pool.request_bytes(self._path, body, self._headers)
         raw = RawResponse(send_ns=0)
         self.stats.sent += 1
         self.stats.in_flight += 1
+        conc = self._router.started(replica)
         try:
-            await stream_post(self._pool, request, raw, pace=self._pacer.enqueue)
+            await stream_post(pool, request, raw, pace=self._pacer.enqueue)
         except asyncio.CancelledError:
             self.stats.in_flight -= 1
-            self._backlog.append((idx, spec, intended_ns, raw))  # recorded by _flush_all
+            self._router.finished(replica)
+            self._backlog.append((idx, spec, intended_ns, raw, replica, conc))  # recorded by _flush_all
             raise
         self.stats.in_flight -= 1
+        self._router.finished(replica)
         self._last_send_ns = max(self._last_send_ns, raw.send_ns - self.t0_ns)
         self.health.note_schedule_lag((raw.send_ns - intended_ns) / 1e6)
         self._note_connection(raw.error_class)
         if not self.workload.needs_text:
             # Parsing waits for the recorder task: when many streams end together, doing it
             # here would hold the loop while other streams' reads wait to be stamped.
-            self._backlog.append((idx, spec, intended_ns, raw))
+            self._backlog.append((idx, spec, intended_ns, raw, replica, conc))
             self._backlog_ready.set()
             return None
         parsed = await self._parse(raw)  # the next turn needs the text now
-        self._record(idx, spec, intended_ns, raw, parsed)
+        self._record(idx, spec, intended_ns, raw, parsed, replica, conc)
         ok = raw.error_class is None and parsed.error_class is None
         return parsed.text if ok else None
 
@@ -349,10 +364,10 @@ class Runner:
                 await self._pacer.turn(first=len(backlog) >= _BACKLOG_SOFT)
                 until = time.monotonic_ns() + _RECORD_SLICE_NS
                 while backlog:
-                    idx, spec, intended_ns, raw = backlog[0]
+                    idx, spec, intended_ns, raw, replica, conc = backlog[0]
                     parsed = await self._parse(raw)  # cancelled here: still queued, _flush_all has it
                     backlog.popleft()
-                    self._record(idx, spec, intended_ns, raw, parsed)
+                    self._record(idx, spec, intended_ns, raw, parsed, replica, conc)
                     if time.monotonic_ns() >= until:
                         break
 
@@ -369,7 +384,8 @@ class Runner:
         return await parse_stream(raw, self.workload.needs_text)
 
     # -- rows --------------------------------------------------------------------------
-    def _record(self, idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse, p: ParsedStream) -> None:
+    def _record(self, idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse, p: ParsedStream,
+                replica: int, conc: int) -> None:
         t0 = self.t0_ns
         error_class = raw.error_class or p.error_class
         error_message = redact(raw.error_message or p.error_message, self.s.api_key)
@@ -382,6 +398,8 @@ class Runner:
                 "coalesced": p.coalesced})
         row = request_row(idx, spec, intended_ns, raw, p, t0=t0, warmup_s=self.s.warmup_s,
                           error_class=error_class, error_message=error_message)
+        row["replica"] = self._replicas[replica].name if self._fleet else None
+        row["replica_concurrency"] = conc
         self._sizer.observe(spec, row["prompt_tokens"])
         self._requests.append(row)
         st = self.stats
@@ -427,8 +445,8 @@ class Runner:
 
     def _flush_all(self) -> None:
         while self._backlog:
-            idx, spec, intended_ns, raw = self._backlog.popleft()
-            self._record(idx, spec, intended_ns, raw, parse_now(raw, self.workload.needs_text))
+            idx, spec, intended_ns, raw, replica, conc = self._backlog.popleft()
+            self._record(idx, spec, intended_ns, raw, parse_now(raw, self.workload.needs_text), replica, conc)
         for buf in (self._chunks, self._requests, self._metrics, self._steps, self._client,
                     self._memory):
             self.writer.put_buffer(buf)

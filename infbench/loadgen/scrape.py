@@ -109,3 +109,75 @@ class Scraper:
         cols["end_s"] = cols.pop("end")
         cols["fault"] = [None if f is None else str(f) for f in cols["fault"]]
         self.on_steps(cols)
+
+
+class ScrapeGroup:
+    """The run's scrapers: one target's /metrics and step log, or in a fleet run each
+    replica's (and its dcgm-exporter endpoint, given one), every row tagged with its replica.
+
+    Ownership: owned by the runner; the scrapers' counters are read only after `run()` ends.
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, replicas: list[Any], headers: dict[str, str],
+                 interval_s: float, t0_ns: int, on_metrics: Callable[[dict[str, list[Any]]], None],
+                 on_steps: Callable[[dict[str, list[Any]]], None], fleet: bool) -> None:
+        self.fleet = fleet
+        self.scrapers: list[tuple[str | None, str, Scraper]] = []  # (replica, kind, scraper)
+        for r in replicas:
+            name = r.name if fleet else None
+            self.scrapers.append((name, "engine", Scraper(
+                session, r.metrics_url, r.steps_url, headers, interval_s,
+                on_metrics=_tagged(on_metrics, name, "metrics"), on_steps=_tagged(on_steps, name, None),
+                t0_ns=t0_ns, _last_step=r.steps_after)))
+            if getattr(r, "gpu_metrics_url", None):
+                self.scrapers.append((name, "gpu", Scraper(
+                    session, r.gpu_metrics_url, None, headers, interval_s,
+                    on_metrics=_tagged(on_metrics, name, "dcgm"), t0_ns=t0_ns)))
+        self.scrapers = [s for s in self.scrapers if s[2].metrics_url or s[2].steps_url]
+
+    def tasks(self) -> list[Any]:
+        return [s.run() for _, _, s in self.scrapers]
+
+    async def scrape_once(self) -> None:
+        await asyncio.gather(*(s.scrape_once() for _, _, s in self.scrapers))
+
+    def totals(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(scrapes, errors) summed over the engines' scrapers, as one target's were."""
+        scrapes = {"metrics": 0, "steps": 0}
+        errors = {"metrics": 0, "steps": 0}
+        for _, kind, s in self.scrapers:
+            if kind == "engine":
+                for k in scrapes:
+                    scrapes[k] += s.scrapes[k]
+                    errors[k] += s.errors[k]
+        return scrapes, errors
+
+    def per_replica(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        if not self.fleet:
+            return out
+        for name, kind, s in self.scrapers:
+            d = out.setdefault(str(name), {})
+            if kind == "engine":
+                d.update({"metrics": s.scrapes["metrics"], "metrics_errors": s.errors["metrics"],
+                          "steps": s.scrapes["steps"], "steps_errors": s.errors["steps"]})
+            else:
+                d.update({"gpu_metrics": s.scrapes["metrics"], "gpu_metrics_errors": s.errors["metrics"]})
+        return out
+
+
+def _tagged(sink: Callable[[dict[str, list[Any]]], None], replica: str | None,
+            source: str | None) -> Callable[[dict[str, list[Any]]], None]:
+    """Rows go on with their replica (fleet runs) and source; one target's rows unchanged."""
+    if replica is None and source in (None, "metrics"):
+        return sink
+
+    def put(cols: dict[str, list[Any]]) -> None:
+        n = len(next(iter(cols.values()), []))
+        if replica is not None:
+            cols["replica"] = [replica] * n
+        if source is not None and "source" in cols:
+            cols["source"] = [source] * n
+        sink(cols)
+
+    return put

@@ -94,6 +94,9 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
                        _ms(v["p99_e2el_ms"]))
         console.print(bl)
 
+    if s.get("fleet"):
+        _print_fleet(console, s["fleet"])
+
     if s.get("errors"):
         et = Table(title="Errors (all phases)")
         et.add_column("class")
@@ -111,3 +114,28 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
     for w in s.get("warnings", []):
         if w not in h["client_bound_reasons"]:
             console.print(f"[yellow]warning:[/] {w}")
+
+
+def _print_fleet(console: Console, fleet: dict[str, Any]) -> None:
+    """A fleet run: one row per replica and the fleet's; concurrency is what each request met
+    on its replica when sent (`infbench diagnose replicas` compares latencies at equal load)."""
+    route = fleet["route"]
+    shares = route.get("shares")
+    title = f"Replicas (route: {route['kind']}" + (
+        ", " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()) if shares else "") + ")"
+    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1))
+    t.caption = "conc: mean requests in flight on the replica when each was sent; latencies in ms"
+    t.caption_justify = "left"
+    for c in ("replica", "sent", "share", "fail", "conc", "TTFT50", "TTFT99", "TPOT50",
+              "TPOT99", "E2E99"):
+        t.add_column(c, justify="left" if c == "replica" else "right", no_wrap=True)
+
+    def num(v: Any, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    for name, v in [(r["name"], r) for r in fleet["replicas"]] + [("fleet", fleet["fleet"])]:
+        t.add_row(Text(str(name)), str(v.get("requests_sent", 0)), num(v.get("share", 1.0), ".0%"),
+                  str(v.get("failed", 0)), num(v.get("mean_concurrency"), ".1f"),
+                  _ms(v.get("median_ttft_ms")), _ms(v.get("p99_ttft_ms")),
+                  _ms(v.get("median_tpot_ms")), _ms(v.get("p99_tpot_ms")), _ms(v.get("p99_e2el_ms")))
+    console.print(t)
