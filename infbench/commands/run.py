@@ -35,8 +35,13 @@ from infbench.report.live import live_progress
 from infbench.report.terminal import print_summary
 from infbench.store import StoreError, open_store
 from probes.gpu.run_metrics import gpu_samples_from_run
+from probes.prometheus.client import connect
+from probes.prometheus.pull import pull_into_store
 
 DEFAULT_DURATION_S = 30.0
+# Longest wait after the run for Prometheus to scrape the target once more (its default
+# interval is 15 s); the wait ends at the first scrape after the run's end.
+PROMETHEUS_WAIT_S = 35.0
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -80,6 +85,13 @@ def run(
     slo: str | None = typer.Option(None, help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2el=5s."),
     metrics_url: str | None = typer.Option(None, help="Prometheus endpoint to scrape (default: URL/metrics if present)."),
     scrape_interval: float = typer.Option(1.0, help="Seconds between /metrics and step-log scrapes."),
+    prometheus: str | None = typer.Option(None, help="After the run, pull the target's series for its window from this Prometheus (vLLM, SGLang, dcgm-exporter, node; histograms as buckets) into the store; a Prometheus that is down or fails only adds a warning to the summary."),
+    prometheus_selector: str | None = typer.Option(None, help="Label matchers choosing the target's series in --prometheus, e.g. 'pod=~\"vllm-.*\"' (default: the scrape target at the run's URL)."),
+    prometheus_token_env: str | None = typer.Option(None, help="Environment variable holding --prometheus's bearer token (never stored or printed)."),
+    prometheus_token_file: Path | None = typer.Option(None, help="File holding --prometheus's bearer token (never stored or printed)."),
+    prometheus_ca_file: Path | None = typer.Option(None, help="CA bundle to verify an https --prometheus with."),
+    prometheus_insecure: bool = typer.Option(False, "--prometheus-insecure", help="Do not verify --prometheus's TLS certificate."),
+    prometheus_timeout: float = typer.Option(10.0, help="Seconds to wait for each --prometheus answer."),
     engine_arg: list[str] = typer.Option([], help="Extra argument for the bundled engine (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (vLLM bench key names) on stdout."),
     quiet: bool = typer.Option(False, help="No progress (by default a live line on a terminal, a line every 5 s on stderr when piped)."),
@@ -104,6 +116,9 @@ def run(
             duration = DEFAULT_DURATION_S
         if db.exists() and db.is_dir():
             raise ValueError(f"db: {db} is a directory")
+        prom = None if prometheus is None else connect(
+            prometheus, token_env=prometheus_token_env, token_file=prometheus_token_file,
+            ca_file=prometheus_ca_file, insecure=prometheus_insecure, timeout_s=prometheus_timeout)
         replicas, policy = _fleet(url, targets, route, metrics_url)
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -162,6 +177,15 @@ def run(
             con.close()
     except (StoreError, ValueError, duckdb.Error) as exc:
         print_warning(f"GPU telemetry scraped from the targets was not stored: {exc}", console)
+    if prom is not None:  # never changes the run's status or exit code: a warning at most
+        try:
+            report = pull_into_store(db, result.run_id, prom, selector=prometheus_selector,
+                                     wait_s=PROMETHEUS_WAIT_S)
+            result.summary["prometheus"] = report.as_dict()
+            if report.warning:
+                result.summary["warnings"].append(report.warning)
+        except StoreError as exc:
+            print_warning(f"Prometheus series were not stored: {exc}", console)
     summary = result.summary
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")

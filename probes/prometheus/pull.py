@@ -225,5 +225,7 @@ def pull_into_store(db: str | Path, run_ref: str, client: PrometheusClient, *,
     con = open_store(db)
     try:
         return pull_run(con, run_ref, client, selector=selector, wait_s=wait_s)
+    except duckdb.Error as exc:  # a damaged or locked file: one line, like the store's own
+        raise StoreError(f"{db}: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()

@@ -74,6 +74,12 @@ def _host_port(url: str) -> tuple[str, int | None]:
     return (parts.hostname or "", parts.port or {"http": 80, "https": 443}.get(parts.scheme))
 
 
+def _promql_regex(literal: str) -> str:
+    r"""A literal as a regex inside a PromQL double-quoted string, whose own escapes come
+    first: `\.` there is the regex `\.`, and a bare `\.` is a parse error."""
+    return re.escape(literal).replace("\\", "\\\\")
+
+
 def select_target(client: PrometheusClient, target_url: str, selector: str | None) -> Selection:
     """The user's matchers, or the scrape target whose URL is the run's target.
 
@@ -99,10 +105,10 @@ def select_target(client: PrometheusClient, target_url: str, selector: str | Non
     instances = sorted({str(t.get("labels", {}).get("instance", "")) for t in matched} - {""})
     if not instances:
         return Selection("", None, f"no scrape target has the run's address {host}:{port}", [])
-    inst_re = "|".join(re.escape(i) for i in instances)
+    inst_re = "|".join(_promql_regex(i) for i in instances)
     # The same machine's exporters (dcgm-exporter, node_exporter) share the instance's host.
     inst_hosts = sorted({i.rsplit(":", 1)[0] for i in instances})
-    host_re = "|".join(re.escape(h) + r":[0-9]+" for h in inst_hosts)
+    host_re = "|".join(_promql_regex(h) + ":[0-9]+" for h in inst_hosts)
     return Selection(f'instance=~"{inst_re}"', f'instance=~"{host_re}"',
                      f"scrape target {', '.join(instances)}", matched)
 

@@ -76,7 +76,8 @@ class PrometheusServer:
 
 
 def write_config(path: Path, jobs: dict[str, list[str]], interval_s: float) -> None:
-    lines = [f"global: {{scrape_interval: {interval_s:g}s, scrape_timeout: {interval_s:g}s}}",
+    ms = round(interval_s * 1000)  # Prometheus durations take no fractions ("500ms")
+    lines = [f"global: {{scrape_interval: {ms}ms, scrape_timeout: {ms}ms}}",
              "scrape_configs:"]
     for job, targets in jobs.items():
         quoted = ", ".join(f"'{t}'" for t in targets)
