@@ -1,0 +1,87 @@
+"""A capture into the store's hang tables, in one transaction (all of it or nothing)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from infbench.store import StoreError
+from infbench.store.hang_schema import HANG_COLUMNS
+from probes.hang.frdump import FrDump
+from probes.hang.model import Capture
+
+_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
+          "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64(), "TIMESTAMP": pa.timestamp("us")}
+
+
+def _arrow(table: str, rows: list[dict[str, Any]]) -> pa.Table:
+    cols = HANG_COLUMNS[table]
+    schema = pa.schema([pa.field(n, _ARROW[t.split()[0]]) for n, t in cols])
+    return pa.Table.from_pylist([{n: r.get(n) for n, _ in cols} for r in rows], schema=schema)
+
+
+def _dump_rows(cid: str, rank: int, d: FrDump) -> dict[str, list[dict[str, Any]]]:
+    cfg = [{"capture_id": cid, "rank": rank, "pg_key": k, "pg_name": v["name"],
+            "pg_desc": v["desc"],
+            "group_ranks": ",".join(map(str, v["ranks"])) if v["ranks"] is not None else None,
+            "group_size": len(v["ranks"]) if v["ranks"] is not None else None}
+           for k, v in d.pg_config.items()]
+    status = [{"capture_id": cid, "rank": rank, "pg_key": k,
+               "last_enqueued": v.get("last_enqueued_collective"),
+               "last_started": v.get("last_started_collective"),
+               "last_completed": v.get("last_completed_collective")}
+              for k, v in d.pg_status.items()]
+    entries = []
+    for e in d.entries:
+        row = {k: getattr(e, k) for k, _ in HANG_COLUMNS["hang_fr_entries"]
+               if k not in ("capture_id", "rank") and hasattr(e, k)}
+        for k in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "frames"):
+            row[k] = json.dumps(getattr(e, k))
+        entries.append({"capture_id": cid, "rank": rank, **row})
+    return {"hang_pg_config": cfg, "hang_pg_status": status, "hang_fr_entries": entries}
+
+
+def write_capture(con: duckdb.DuckDBPyConnection, cap: Capture) -> dict[str, int]:
+    """Store `cap`; returns rows written per table. The caller owns `con` (writable)."""
+    cap.check_invariants()
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in HANG_COLUMNS}
+    rows["hang_captures"].append({
+        "capture_id": cap.capture_id, "run_id": cap.run_id,
+        "created_at": datetime.now(UTC).replace(tzinfo=None), "source": cap.source,
+        "target": cap.target, "world_size": cap.world_size, "hostname": cap.hostname,
+        "notes": json.dumps(cap.notes)})
+    for r in cap.ranks:
+        rows["hang_ranks"].append({
+            "capture_id": cap.capture_id, "rank": r.rank, "pid": r.pid, "alive": r.alive,
+            "dump_path": r.dump_path, "dump_status": r.dump_status, "dump_error": r.dump_error,
+            "dumped_at_ns": r.dumped_at_ns, "fr_version": r.dump.version if r.dump else None,
+            "fr_entries": len(r.dump.entries) if r.dump else None,
+            "stack_source": r.stacks.source, "stack_status": r.stacks.status,
+            "stack_error": r.stacks.error, "stacks_at_ns": r.stacks.at_ns})
+        if r.dump is not None:
+            for t, rs in _dump_rows(cap.capture_id, r.rank, r.dump).items():
+                rows[t].extend(rs)
+        for s in r.stack_rows():
+            rows["hang_stacks"].append({"capture_id": cap.capture_id, "rank": r.rank,
+                                        "pid": r.pid, **s})
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table, rs in rows.items():
+            if not rs:
+                continue
+            con.register("_hang_rows", _arrow(table, rs))
+            try:
+                cols = ", ".join(n for n, _ in HANG_COLUMNS[table])
+                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _hang_rows")
+            finally:
+                con.unregister("_hang_rows")
+        con.execute("COMMIT")
+    except Exception as exc:
+        con.execute("ROLLBACK")
+        raise StoreError(f"capture {cap.capture_id}: storing it failed: "
+                         f"{str(exc).splitlines()[0]}") from exc
+    return {t: len(rs) for t, rs in rows.items()}
