@@ -34,10 +34,15 @@ import math
 import time
 
 from infbench.specs import get_gpu, get_model
-from infbench.specs.gpus import DEFAULT_BANDWIDTH_FRACTION
+from infbench.specs.gpus import (
+    DEFAULT_BANDWIDTH_FRACTION,
+    DEFAULT_FLOPS_FRACTION,
+    DEFAULT_KERNEL_FLOOR_S,
+)
 from infbench.specs.memory import plan_memory
 from infbench.specs.roofline import step_time
 from reference_engine.config import ConfigError, EngineConfig
+from reference_engine.device import SimDevice
 from reference_engine.executor import StepBatch
 
 EOS_ID = 257  # the byte tokenizer's end of sequence (ids 0..255 are bytes)
@@ -63,14 +68,23 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _copy_bytes(tokens: int, start_pos: int, block_size: int, sample: bool) -> int:
+    """Host<->device bytes one sequence's part of a step moves, as vLLM's GPU model runner
+    prepares them: int32 token ids, int64 positions and slot mapping per token, the block
+    table row (int32 per block of the context), and the int32 sampled id back."""
+    blocks = -(-(start_pos + tokens) // block_size)
+    return tokens * (4 + 8 + 8) + 4 * blocks + (4 if sample else 0)
+
+
 class SimExecutor:
     name = "sim"
     eos_token_id = EOS_ID
 
     def __init__(self, config: EngineConfig, device_factor: float = 1.0,
-                 collective_factor: float = 1.0) -> None:
+                 collective_factor: float = 1.0, device: SimDevice | None = None) -> None:
         """device_factor > 1 derates HBM bandwidth (slow-device fault); collective_factor > 1
-        slows the TP all-reduce (slow-collective fault)."""
+        slows the TP all-reduce (slow-collective fault); `device` carries the GPU faults
+        (throttle: compute at the clock ratio; pcie: host<->device copies at the link)."""
         self.model = get_model(config.model)
         self.gpu = get_gpu(config.gpu)
         self.tp = config.tensor_parallel_size
@@ -84,6 +98,11 @@ class SimExecutor:
         self.output_sigma = config.sim_output_sigma
         self.bandwidth_fraction = DEFAULT_BANDWIDTH_FRACTION / device_factor
         self.collective_factor = collective_factor
+        self.device = device
+        # A throttled SM clock lowers the compute roof (prefill, big batches) and the
+        # per-kernel floor by the clock ratio; HBM bandwidth does not follow the SM clock.
+        self.clock_ratio = device.clock_ratio if device is not None else 1.0
+        self.flops_fraction = DEFAULT_FLOPS_FRACTION * self.clock_ratio
         if collective_factor > 1.0 and self.tp == 1:
             raise ConfigError("fault slow-collective needs tensor_parallel_size > 1")
         self.plan = plan_memory(
@@ -111,12 +130,19 @@ class SimExecutor:
         layers = self.model.num_layers
         self.eager_s = layers * EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
         self.piecewise_s = layers * PIECEWISE_EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
+        # Every step's kernels each cost a floor the roofline does not see (launch gap, ramp,
+        # last wave), graph or not: a fixed per-step device time that scales with depth.
+        # At TP > 1 each layer's two all-reduces are kernels too.
+        kernels = EAGER_KERNELS_PER_LAYER + (2 if self.tp > 1 else 0)
+        self.kernel_floor_s = layers * kernels * DEFAULT_KERNEL_FLOOR_S / self.clock_ratio
 
     def predict(self, batch: StepBatch) -> float:
         """Seconds this step takes on the simulated device, overhead included."""
         prefill: list[tuple[int, int]] = []
         decode: list[int] = []
+        pcie_bytes = 0
         for w in batch.seqs:
+            pcie_bytes += _copy_bytes(len(w.token_ids), w.start_pos, self.block_size, w.sample)
             if w.is_decode:
                 decode.append(w.start_pos + 1)  # the new token attends to itself and all before
             else:
@@ -132,13 +158,19 @@ class SimExecutor:
                 launch = self.eager_s
         bd = step_time(self.model, self.gpu, tp=self.tp, weight_format=self.weight_format,
                        kv_format=self.kv_format, prefill_chunks=prefill, decode_contexts=decode,
-                       bandwidth_fraction=self.bandwidth_fraction)
+                       bandwidth_fraction=self.bandwidth_fraction,
+                       flops_fraction=self.flops_fraction)
         # A slow link stretches only the step's TP all-reduces (comm_s is 0 at tp=1).
-        device = bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
+        # The step's inputs go up and its sampled tokens come down before the next step can
+        # be built: serial with the compute, at the link's bandwidth.
+        pcie_s = self.device.transfer_s(pcie_bytes) if self.device is not None else 0.0
+        device = (bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
+                  + self.kernel_floor_s + pcie_s)
         # What the step was made of, for the synthetic profiler trace (profiling.py).
         self.last_parts = {"breakdown": bd, "launch_s": launch, "device_s": device,
                            "graph": bool(decode and not prefill and launch != self.eager_s),
-                           "padded_rows": len(decode) - sum(1 for w in batch.seqs if w.is_decode)}
+                           "padded_rows": len(decode) - sum(1 for w in batch.seqs if w.is_decode),
+                           "pcie_s": pcie_s, "pcie_bytes": pcie_bytes}
         if self.async_scheduling:
             return max(device, self.overhead_s)
         return device + self.overhead_s

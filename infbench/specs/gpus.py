@@ -31,6 +31,16 @@ Large BF16 GEMMs reach ~70-80% of peak on H100 (clock throttling under sustained
 load is part of the gap); a whole forward pass adds attention, norms and all-reduces at
 lower efficiency, and reported prefill MFU is typically 40-65%. 0.6 sits in that range."""
 
+DEFAULT_KERNEL_FLOOR_S = 2e-6
+"""Device time a decode kernel costs beyond the bytes it streams, even replayed from a CUDA
+graph: the dependent-launch gap between consecutive kernels plus the ramp-up and partial
+last wave in which a memory-bound kernel does not stream at full bandwidth. NVIDIA's CUDA
+Graphs post (https://developer.nvidia.com/blog/cuda-graphs/) measures 3.4 us per graph-
+replayed kernel whose own work takes 2.9 us, i.e. ~0.5 us of launch gap alone; the tail of a
+GEMV over a layer's weights adds a few more. 2 us is what the reference engine charges per
+kernel (12 per layer, see reference_engine/sim_executor.py); docs/sim_calibration.md shows
+what that buys against published measurements and where it is still short."""
+
 DEFAULT_INTERCONNECT_FRACTION = 0.75
 """Share of the per-direction link bandwidth an all-reduce reaches (nccl-tests bus
 bandwidth on NVLink systems is typically 70-80% of the link figure)."""

@@ -22,7 +22,8 @@ def decode(n: int, context: int = 500) -> StepBatch:
 
 
 def roofline(ex: SimExecutor, contexts: list[int]) -> float:
-    return step_time(ex.model, ex.gpu, decode_contexts=contexts).seconds
+    """The batch's roofline plus the fixed per-kernel floor every step pays."""
+    return step_time(ex.model, ex.gpu, decode_contexts=contexts).seconds + ex.kernel_floor_s
 
 
 def test_decode_batches_pad_to_the_next_captured_size() -> None:

@@ -45,7 +45,15 @@ def test_step_time_is_the_roofline_of_the_batch_plus_overhead() -> None:
     batch = StepBatch(1, [work(0, 1, 99, 5), work(1, 1, 10, 2), work(2, 64, 128, 0, sample=False)])
     expected = step_time(ex.model, ex.gpu, tp=1, prefill_chunks=[(64, 128)],
                          decode_contexts=[100, 11]).seconds
-    assert ex.predict(batch) == pytest.approx(expected + 0.0007)
+    # 32 layers x 12 kernels x the GPU spec's 2 us floor per kernel.
+    assert ex.kernel_floor_s == pytest.approx(32 * 12 * 2e-6)
+    assert ex.predict(batch) == pytest.approx(expected + ex.kernel_floor_s + 0.0007)
+
+
+def test_tensor_parallel_steps_pay_a_floor_for_their_all_reduce_kernels_too() -> None:
+    one = SimExecutor(EngineConfig(num_gpu_blocks=100))
+    two = SimExecutor(EngineConfig(num_gpu_blocks=100, tensor_parallel_size=2))
+    assert two.kernel_floor_s == pytest.approx(one.kernel_floor_s * 14 / 12)
 
 
 def test_execute_waits_until_the_deadline_from_the_step_start(

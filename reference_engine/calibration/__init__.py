@@ -1,0 +1,77 @@
+"""The sim against published measurements: the table (published_sweeps.toml) and its replay.
+
+`compare()` replays every row of every published sweep through the sim engine on a virtual
+clock (reference_engine/closed_loop.py) and returns, per row and metric, the published
+figure, the sim's, and the relative error. The unit test requires every error within 15%;
+docs/sim_calibration.md explains the table, the model behind the sim's figures, and where
+it is still short.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reference_engine.closed_loop import ClosedLoopResult, run_closed_loop
+from reference_engine.config import EngineConfig
+
+TABLE = Path(__file__).with_name("published_sweeps.toml")
+PROMPTS_PER_CONCURRENCY = 4  # where a source does not publish its request count
+MIN_PROMPTS = 8
+
+
+@dataclass(frozen=True)
+class Comparison:
+    sweep: str
+    concurrency: int
+    metric: str          # "tpot_ms" | "output_throughput" | "throughput_ratio"
+    published: float
+    sim: float
+
+    @property
+    def error(self) -> float:
+        return self.sim / self.published - 1.0
+
+
+def load_sweeps(path: Path = TABLE) -> list[dict[str, Any]]:
+    with path.open("rb") as f:
+        return tomllib.load(f)["sweep"]
+
+
+def engine_config(sweep: dict[str, Any]) -> EngineConfig:
+    return EngineConfig.with_defaults(
+        sweep["defaults"], model=sweep["model"], gpu=sweep["gpu"],
+        tensor_parallel_size=sweep["tensor_parallel_size"], dtype=sweep["dtype"],
+        # Room for the longest request; random prompts share nothing, so no prefix cache.
+        max_model_len=sweep["input_len"] + sweep["output_len"], enable_prefix_caching=False)
+
+
+def replay(sweep: dict[str, Any]) -> dict[int, ClosedLoopResult]:
+    config = engine_config(sweep)
+    per = sweep.get("num_prompts_per_concurrency", PROMPTS_PER_CONCURRENCY)
+    levels = sorted({r["concurrency"] for r in sweep["row"]}
+                    | {r["throughput_ratio_to"] for r in sweep["row"] if "throughput_ratio_to" in r})
+    return {c: run_closed_loop(config, sweep["input_len"], sweep["output_len"], c,
+                               max(c * per, MIN_PROMPTS if per == PROMPTS_PER_CONCURRENCY else 1))
+            for c in levels}
+
+
+def compare(sweep: dict[str, Any]) -> list[Comparison]:
+    sim = replay(sweep)
+    mean = sweep["tpot_stat"] == "mean"
+    out: list[Comparison] = []
+    for row in sweep["row"]:
+        c, got = row["concurrency"], sim[row["concurrency"]]
+        if "tpot_ms" in row:
+            out.append(Comparison(sweep["name"], c, "tpot_ms", row["tpot_ms"],
+                                  got.mean_tpot_ms if mean else got.median_tpot_ms))
+        if "output_throughput" in row:
+            out.append(Comparison(sweep["name"], c, "output_throughput",
+                                  row["output_throughput"], got.output_throughput))
+        if "throughput_ratio" in row:
+            base = sim[row["throughput_ratio_to"]].output_throughput
+            out.append(Comparison(sweep["name"], c, "throughput_ratio", row["throughput_ratio"],
+                                  got.output_throughput / base))
+    return out
