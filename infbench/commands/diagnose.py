@@ -13,12 +13,14 @@ import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from infbench.console import make_console, print_error, print_warning
 from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
 from playbooks.mbu import MbuOptions, diagnose_mbu
+from playbooks.replicas import ReplicaOptions, diagnose_replicas
 
 app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*/*.md).",
                   no_args_is_help=True, add_completion=False)
@@ -52,6 +54,7 @@ def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -
     if ev:
         console.print(f"stall events: {ev['engine_wide']} engine-wide, {ev['private']} private, "
                       f"{ev['undetermined']} undetermined")
+    _print_replicas(console, diag.context.get("replicas"))
     if not diag.findings:
         console.print("[green]No findings: nothing in this run points to a stall or latency "
                       "pathology.[/]")
@@ -83,6 +86,26 @@ def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -
         console.print(f"[dim]{diag.context['bimodal_itl']}[/]")
     for note in diag.notes:
         console.print(f"[dim]note: {note}[/]")
+
+
+def _print_replicas(console: Console, rows: list[dict] | None) -> None:
+    """The replicas playbook: each replica's latency ratio to its peers at matched load."""
+    if not rows:
+        return
+    t = Table(title="Replicas vs their peers at matched load (ratio, interval)", box=None)
+    metrics = [m for m in ("ttft", "tpot", "step") if f"{m}_ratio" in rows[0]]
+    for c in ("replica", *metrics, "load", "requests", "verdict"):
+        t.add_column(c, justify="left" if c in ("replica", "verdict") else "right")
+    for r in rows:
+        cells = []
+        for m in metrics:
+            ratio, iv = r.get(f"{m}_ratio"), r.get(f"{m}_interval")
+            cells.append("-" if ratio is None or iv is None else f"{ratio:.2f} ({iv[0]:.2f}-{iv[1]:.2f})")
+        verdict = "slower" if r["slower"] else "busier" if r["busier"] else "ok"
+        t.add_row(Text(str(r["replica"])), *cells,
+                  "-" if r.get("load_ratio") is None else f"{r['load_ratio']:.2f}",
+                  "-" if r.get("request_ratio") is None else f"{r['request_ratio']:.2f}", verdict)
+    console.print(t)
 
 
 def _open(db: Path, save: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
@@ -143,6 +166,30 @@ def mbu(
         raise _fail(str(exc).splitlines()[0]) from None
     _run_playbook(lambda con: diagnose_mbu(con, ref, options), db, save, json_out, sql,
                   report_hint=False)
+
+
+@app.command("replicas")
+def replicas(
+    run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last' (a fleet run: infbench run --url A --url B ...)."),
+    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
+    min_effect: float = typer.Option(0.10, "--min-effect", help="Slower means at least this much (0.10 = 10%) higher latency than the peers at matched load."),
+    busier_ratio: float = typer.Option(1.25, "--busier-ratio", help="Busier means sent this many times the peers' requests, or meeting this many times their load."),
+    replica_url: list[str] = typer.Option([], "--replica-url", help="A one-URL run: a replica's own address, for the measurement plan's commands (repeat per replica)."),
+    json_out: bool = typer.Option(False, "--json", help="The diagnosis as JSON on stdout."),
+    sql: bool = typer.Option(False, "--sql", help="Show the SQL behind each piece of evidence."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Keep the findings in the store "
+                              "with the run (replacing this playbook's earlier ones)."),
+) -> None:
+    """Which replica drags the fleet: slower at equal load or only busier, its share of the
+    fleet's p99, then its GPU telemetry against its peers' (runbook: playbooks/replicas/replicas.md)."""
+    try:
+        options = ReplicaOptions(min_effect=min_effect, busier_ratio=busier_ratio, db=str(db),
+                                 replica_urls=list(replica_url))
+        options.validate()
+    except ValueError as exc:
+        raise _fail(str(exc).splitlines()[0]) from None
+    _run_playbook(lambda con: diagnose_replicas(con, run_id, options), db, save, json_out, sql,
+                  report_hint=True)
 
 
 def _run_playbook(run: Callable[[duckdb.DuckDBPyConnection], Diagnosis], db: Path, save: bool,

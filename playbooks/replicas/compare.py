@@ -1,0 +1,110 @@
+"""Every replica against its peers on every latency metric the run has, at matched load.
+
+Metrics: TTFT against the requests in flight on the replica at send, TPOT against the mean
+in flight over the request's decode, and (with the engine's step log) the duration of an
+engine step against its tokens (decode sequences + prefill tokens; steps with and without
+prefill apart). A replica is *slower* when a metric is at least `min_effect` higher at
+matched load and its interval (Bonferroni over replicas x metrics) excludes no difference;
+*busier* when, not slower, it was sent `busier_ratio` times its peers' requests or its
+requests met that many times their load.
+
+Two passes: the first compares each replica with all the others; the second compares each
+with the replicas the first did not find slower, so a healthy replica is not made to look
+fast, nor a second slow one hidden, by a slow peer in the pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from playbooks.replicas.matched import Comparison, compare, z_for
+from playbooks.replicas.observations import Observations
+
+METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "step": "engine step"}
+
+
+@dataclass
+class ReplicaVerdict:
+    replica: str
+    comparisons: dict[str, Comparison]
+    slower_on: list[str] = field(default_factory=list)   # metrics where it is slower
+    busier: bool = False
+    load_ratio: float | None = None      # mean in flight at send / the peers'
+    request_ratio: float | None = None   # measured requests / the peers' mean
+    peers: list[str] = field(default_factory=list)
+
+    @property
+    def slower(self) -> bool:
+        return bool(self.slower_on)
+
+
+def _clusters(names: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    idx = {n: i for i, n in enumerate(sorted({str(x) for x in names}))}
+    return np.array([idx[str(n)] for n in names], dtype=np.int64) * 1_000_000 + np.floor(
+        np.nan_to_num(seconds)).astype(np.int64)
+
+
+def _metric_inputs(obs: Observations) -> dict[str, tuple]:
+    """metric -> (replica per row, y, load, cluster, strata)."""
+    q, s = obs.requests, obs.steps
+    out: dict[str, tuple] = {}
+    if obs.n_requests:
+        cl = _clusters(q["replica"], q["send_ns"] / 1e9)
+        out["ttft"] = (q["replica"], q["ttft_ms"], q["replica_concurrency"].astype(np.float64), cl, None)
+        out["tpot"] = (q["replica"], q["tpot_ms"], q["decode_load"], cl, None)
+    if len(s["replica"]):
+        work = np.column_stack([s["decode_seqs"] + s["prefill_tokens"], s["prefill_tokens"]]).astype(np.float64)
+        out["step"] = (s["replica"], s["step_ms"], work, _clusters(s["replica"], s["start_s"]),
+                       (s["prefill_tokens"] > 0).astype(np.int64))
+    return out
+
+
+def _pass(inputs: dict[str, tuple], replicas: list[str], peers_of: dict[str, list[str]]
+          ) -> dict[str, dict[str, Comparison]]:
+    out: dict[str, dict[str, Comparison]] = {}
+    for r in replicas:
+        out[r] = {}
+        keep_names = {r, *peers_of[r]}
+        for metric, (names, y, load, cl, strata) in inputs.items():
+            keep = np.isin(names.astype(str), list(keep_names))
+            out[r][metric] = compare(metric, r, y[keep], np.asarray(load)[keep], names[keep] == r,
+                                     cl[keep], None if strata is None else strata[keep])
+    return out
+
+
+def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: float
+          ) -> tuple[list[ReplicaVerdict], float]:
+    """One verdict per replica (in the run's order) and the z used for the intervals."""
+    inputs = _metric_inputs(obs)
+    replicas = obs.replicas
+    z = z_for(alpha, len(replicas) * max(1, len(inputs)))
+    threshold = float(np.log1p(min_effect))
+
+    def slower_on(cmps: dict[str, Comparison]) -> list[str]:
+        return [m for m, c in cmps.items()
+                if c.delta is not None and c.se is not None
+                and c.delta >= threshold and c.delta - z * c.se > 0]
+
+    everyone = {r: [p for p in replicas if p != r] for r in replicas}
+    first = _pass(inputs, replicas, everyone)
+    suspects = {r for r in replicas if slower_on(first[r])}
+    healthy = [r for r in replicas if r not in suspects]
+    peers_of = {r: ([p for p in healthy if p != r] or everyone[r]) for r in replicas}
+    second = _pass(inputs, replicas, peers_of) if suspects else first
+    names, n = np.unique(obs.requests["replica"].astype(str), return_counts=True)
+    counts = dict(zip(names.tolist(), n.tolist(), strict=True))
+    verdicts = []
+    for r in replicas:
+        cmps = second[r]
+        v = ReplicaVerdict(r, cmps, slower_on(cmps), peers=peers_of[r])
+        ttft = cmps.get("ttft")
+        v.load_ratio = ttft.load_ratio if ttft is not None else None
+        peer_counts = [counts.get(p, 0) for p in peers_of[r]]
+        if peer_counts and np.mean(peer_counts) > 0:
+            v.request_ratio = counts.get(r, 0) / float(np.mean(peer_counts))
+        v.busier = not v.slower and any(x is not None and x >= busier_ratio
+                                        for x in (v.load_ratio, v.request_ratio))
+        verdicts.append(v)
+    return verdicts, z

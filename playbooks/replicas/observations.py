@@ -1,0 +1,73 @@
+"""What the matched-load comparison reads from a fleet run: per request its replica, load and
+latencies, and per engine step its replica, work and duration.
+
+A request's load is the number of requests in flight on its replica: at send for TTFT
+(`requests.replica_concurrency`: the queue and batch it met), and averaged over its decode for
+TPOT (from every request's send and end on that replica), since the batch a token is decoded
+in changes while the request streams; a request sent into a quiet moment of a busy replica
+sees the busy batches that follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+from playbooks.sql import fetch_numpy
+
+REQUESTS_SQL = """
+WITH q AS (
+  SELECT r.request_idx, r.replica, r.replica_concurrency, r.send_ns, r.first_content_ns,
+         coalesce(r.last_choices_ns, r.last_content_ns) AS last_ns,
+         l.ttft_ms, l.tpot_ms, l.e2e_ms
+  FROM requests r JOIN request_latency l USING (run_id, request_idx)
+  WHERE r.run_id = $run_id AND r.phase = 'measure' AND r.error_class IS NULL
+    AND r.replica IS NOT NULL
+), busy AS (  -- every request of the run holds a slot on its replica from send to end
+  SELECT replica, send_ns AS s, coalesce(end_ns, last_chunk_ns, send_ns) AS e
+  FROM requests WHERE run_id = $run_id AND replica IS NOT NULL AND send_ns IS NOT NULL
+)
+SELECT q.request_idx, q.replica, q.replica_concurrency, q.send_ns, q.ttft_ms, q.tpot_ms, q.e2e_ms,
+       CASE WHEN q.last_ns > q.first_content_ns THEN
+         (SELECT sum(least(b.e, q.last_ns) - greatest(b.s, q.first_content_ns))::DOUBLE
+          FROM busy b WHERE b.replica = q.replica AND b.s < q.last_ns AND b.e > q.first_content_ns)
+         / (q.last_ns - q.first_content_ns) END AS decode_load
+FROM q
+ORDER BY q.request_idx
+"""
+
+STEPS_SQL = """
+SELECT replica, step_id, (end_s - start_s) * 1e3 AS step_ms, decode_seqs, prefill_tokens,
+       start_s
+FROM engine_steps
+WHERE run_id = $run_id AND replica IS NOT NULL AND end_s > start_s
+  AND decode_seqs + prefill_tokens > 0
+ORDER BY replica, step_id
+"""
+
+
+@dataclass
+class Observations:
+    replicas: list[str]          # in the run's order
+    requests: dict[str, np.ndarray]
+    steps: dict[str, np.ndarray]
+    requests_sql: str
+    steps_sql: str
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.requests["request_idx"])
+
+
+def load_observations(con: duckdb.DuckDBPyConnection, run_id: str, order: list[str]) -> Observations:
+    rsql, req = fetch_numpy(con, REQUESTS_SQL, run_id=run_id)
+    ssql, steps = fetch_numpy(con, STEPS_SQL, run_id=run_id)
+    seen = {str(r) for r in req["replica"]} | {str(r) for r in steps["replica"]}
+    names = [n for n in order if n in seen] + sorted(seen - set(order))
+    for d in (req, steps):
+        for k, v in d.items():  # NULLs come back masked: numbers as NaN
+            if isinstance(v, np.ma.MaskedArray):
+                d[k] = v.astype(np.float64).filled(np.nan) if v.dtype.kind in "iuf" else v.filled(None)
+    return Observations(names, req, steps, rsql, ssql)

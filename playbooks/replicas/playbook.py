@@ -1,0 +1,270 @@
+"""Playbook `replicas`: which replica drags the fleet, and why. Runbook:
+playbooks/replicas/replicas.md.
+
+Order: the run's replicas (a fleet run's `requests.replica`; a one-URL run gets the
+measurement plan instead) -> every replica against its peers at matched load (slower vs
+busier) -> for a slower one, its share of the fleet's tail -> the hardware walk over its GPU
+telemetry against its peers' (clocks and throttle reasons, power and thermal, PCIe, errors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+
+from playbooks.context import load_context
+from playbooks.findings import Diagnosis, Evidence, Finding
+from playbooks.replicas.compare import METRIC_WORDS, ReplicaVerdict, judge
+from playbooks.replicas.fleet_tail import TailEffect, tail_effect
+from playbooks.replicas.hardware import Walk, hardware_walk
+from playbooks.replicas.matched import BIN_WIDTH, Comparison
+from playbooks.replicas.observations import Observations, load_observations
+from playbooks.replicas.plan import measurement_plan
+from playbooks.sql import fetch_one
+
+GPU_SQL = "SELECT count(*) FROM gpu_samples WHERE run_id = $run_id AND instance IS NOT NULL"
+ATTRIBUTION_SQL = """
+SELECT count(*) FILTER (replica IS NOT NULL) AS with_replica, count(*) AS requests,
+       count(DISTINCT replica) AS replicas
+FROM requests WHERE run_id = $run_id
+"""
+# The tail metric a slower metric shows in (an engine step is a decode token's time).
+TAIL_OF = {"ttft": "ttft", "tpot": "tpot", "step": "tpot"}
+
+
+@dataclass
+class ReplicaOptions:
+    min_effect: float = 0.10      # slower by at least this much at matched load
+    busier_ratio: float = 1.25    # sent this many times the peers' requests, or their load
+    alpha: float = 0.05           # for the intervals, Bonferroni over replicas x metrics
+    db: str = "infbench.duckdb"   # named in the measurement plan's commands
+    replica_urls: list[str] = field(default_factory=list)  # the plan's replicas, when known
+
+    def validate(self) -> None:
+        if not 0.0 < self.min_effect < 10.0:
+            raise ValueError(f"--min-effect must be in (0, 10), got {self.min_effect:g}")
+        if not self.busier_ratio > 1.0:
+            raise ValueError(f"--busier-ratio must be > 1, got {self.busier_ratio:g}")
+        if not 0.0 < self.alpha < 0.5:
+            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha:g}")
+
+
+def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
+                      options: ReplicaOptions | None = None) -> Diagnosis:
+    options = options or ReplicaOptions()
+    options.validate()
+    ctx = load_context(con, run_ref)
+    fleet = ctx.config.get("fleet") or {}
+    order = [str(r.get("name")) for r in fleet.get("replicas", [])]
+    obs = load_observations(con, ctx.run_id, order)
+    gsql, grow = fetch_one(con, GPU_SQL, run_id=ctx.run_id)
+    diag = Diagnosis("replicas", ctx.run_id, data_sources={
+        **ctx.data_sources(), "replicas": bool(obs.replicas), "gpu_samples": bool(grow and grow[0])})
+    if not obs.replicas:
+        asql, arow = fetch_one(con, ATTRIBUTION_SQL, run_id=ctx.run_id)
+        diag.findings.append(_unknown_replica(ctx.config, options, asql, arow))
+        return diag
+    if len(obs.replicas) < 2:
+        diag.notes.append(f"only replica {obs.replicas[0]} has measured requests: nothing to compare with")
+        return diag
+    verdicts, z = judge(obs, options.min_effect, options.busier_ratio, options.alpha)
+    diag.context = {"replicas": [_row(v, z) for v in verdicts], "z": round(z, 3),
+                    "min_effect": options.min_effect, "load_bin_width": BIN_WIDTH}
+    for v in verdicts:
+        thin = [m for m, c in v.comparisons.items() if c.delta is None]
+        if thin:
+            diag.notes.append(f"{v.replica}: too few requests at loads its peers also saw to compare "
+                              f"{', '.join(METRIC_WORDS[m] for m in thin)}")
+    for v in verdicts:
+        if v.slower:
+            tails = {m: tail_effect(con, ctx.run_id, v.replica, m) for m in ("ttft", "tpot", "e2e")}
+            walk = hardware_walk(con, ctx.run_id, v.replica, v.peers)
+            diag.findings.append(_slower(v, z, tails, walk, obs, options))
+            diag.findings.append(_hardware(v, walk))
+        elif v.busier:
+            diag.findings.append(_busier(v, z, obs, options))
+    return diag
+
+
+def _pct(x: float) -> str:
+    return f"{x - 1:+.0%}"
+
+
+def _ci(c: Comparison, z: float) -> str:
+    lo_hi = c.interval(z)
+    return f"x{c.ratio():.2f} ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})" if lo_hi and c.ratio() else "not comparable"
+
+
+def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
+    out: dict[str, object] = {"replica": v.replica, "slower": v.slower, "busier": v.busier,
+                              "load_ratio": v.load_ratio, "request_ratio": v.request_ratio}
+    for m, c in v.comparisons.items():
+        iv = c.interval(z)
+        out[f"{m}_ratio"] = c.ratio()
+        out[f"{m}_interval"] = list(iv) if iv else None
+    return out
+
+
+def _cmp_evidence(v: ReplicaVerdict, z: float, obs: Observations) -> list[Evidence]:
+    ev = []
+    for m, c in v.comparisons.items():
+        iv = c.interval(z)
+        ev.append(Evidence(f"{m}_at_matched_load", {
+            "ratio": None if c.ratio() is None else round(c.ratio(), 4),
+            "interval_low": None if iv is None else round(iv[0], 4),
+            "interval_high": None if iv is None else round(iv[1], 4),
+            "unmatched_median_ratio": None if c.raw_ratio is None else round(c.raw_ratio, 4),
+            "load_ratio": None if c.load_ratio is None else round(c.load_ratio, 4),
+            "replica_observations": c.n_replica, "peer_observations": c.n_peers,
+            "load_bins": c.bins, "coverage": round(c.coverage, 4), "peers": ",".join(v.peers)},
+            obs.steps_sql if m == "step" else obs.requests_sql,
+            f"log {METRIC_WORDS[m]} on load within ~{BIN_WIDTH:.0%}-wide load bins, the replica "
+            "against its peers; interval cluster-robust by replica-second, Bonferroni over "
+            "replicas x metrics"))
+    return ev
+
+
+def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Walk,
+            obs: Observations, options: ReplicaOptions) -> Finding:
+    worst = max(v.slower_on, key=lambda m: v.comparisons[m].delta or 0.0)
+    c = v.comparisons[worst]
+    tail = tails[TAIL_OF[worst]]
+    what = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.slower_on)
+    load = (f"It is not busier: its requests met {v.load_ratio:.2f}x its peers' load. "
+            if v.load_ratio is not None and v.load_ratio < options.busier_ratio else
+            f"It also met {v.load_ratio:.2f}x its peers' load, but the comparison is at equal load. "
+            if v.load_ratio is not None else "")
+    tail_txt = ""
+    if tail.share_above_p99 is not None and tail.share_of_requests:
+        tail_txt = (f"It served {tail.share_of_requests:.0%} of the requests and "
+                    f"{tail.share_above_p99:.0%} of those above the fleet's p99 {METRIC_WORDS[tail.metric]}"
+                    + (f"; without it the fleet p99 would be {tail.p99_reduction:.0%} lower "
+                       f"({tail.fleet_p99_ms:.1f} -> {tail.p99_without_ms:.1f} ms)."
+                       if tail.p99_reduction is not None else "."))
+    cause = walk.cause
+    cause_txt = (f" Telemetry: {cause.detail}." if cause else
+                 " Its GPU telemetry shows nothing its peers do not." if walk.has_telemetry else
+                 " No GPU telemetry was recorded for it.")
+    big = (tail.share_above_p99 or 0) >= 0.5 or (tail.p99_reduction or 0) >= 0.2
+    ev = _cmp_evidence(v, z, obs)
+    for m, t in tails.items():
+        ev.append(Evidence(f"fleet_p99_{m}", {
+            "fleet_p99_ms": None if t.fleet_p99_ms is None else round(t.fleet_p99_ms, 3),
+            "p99_without_replica_ms": None if t.p99_without_ms is None else round(t.p99_without_ms, 3),
+            "share_of_requests": None if t.share_of_requests is None else round(t.share_of_requests, 4),
+            "share_above_fleet_p99": None if t.share_above_p99 is None else round(t.share_above_p99, 4),
+            "requests_above_fleet_p99": t.above_p99}, t.sql,
+            f"{METRIC_WORDS.get(m, m)} of measured, successful requests"))
+    # Clear when even the interval's low end keeps half the estimated slowdown.
+    lo = c.interval(z)
+    confidence = 0.9 if lo and lo[0] - 1 >= ((c.ratio() or 1.0) - 1) / 2 else 0.7
+    return Finding(
+        verdict="replica_slower",
+        title=f"Replica {v.replica} is slower at equal load ({METRIC_WORDS[worst]} {_pct(c.ratio() or 1)})",
+        confidence=confidence, severity="critical" if big else "warning",
+        summary=(f"At the same load as its peers ({', '.join(v.peers)}), {v.replica} is slower: "
+                 f"{what}. {load}{tail_txt}{cause_txt}"),
+        evidence=ev,
+        next_actions=[f"Take {v.replica} out of rotation (or lower its weight) while it is looked at.",
+                      *( [cause_action(cause.verdict)] if cause and cause.verdict else []),
+                      f"Compare its engine configuration with a peer's: `infbench config diff` "
+                      f"of captures from {v.replica} and {v.peers[0] if v.peers else 'a peer'}."])
+
+
+_CAUSE_ACTIONS = {
+    "gpu_thermal_throttle": "Check the GPU's cooling: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` on its "
+                            "host (fans, airflow, inlet temperature, a failed fan or heatsink).",
+    "gpu_power_throttle": "Check its power limit and supply: `nvidia-smi -q -d POWER,PERFORMANCE` "
+                          "(a lowered limit, PSU or board power brake).",
+    "gpu_clocks_throttled": "Check clocks and clock-event reasons: `nvidia-smi -q -d CLOCK,PERFORMANCE` "
+                            "(application clocks or a clock lock set on this GPU only).",
+    "gpu_power_capped": "Compare `nvidia-smi -q -d POWER` with a peer's: the enforced power limit, "
+                        "and restore the fleet's (`nvidia-smi -pl`).",
+    "gpu_running_hot": "Check cooling on its host: the GPU runs much hotter than its peers'.",
+    "pcie_link_degraded": "Reseat or move the card / check the riser and BIOS: `nvidia-smi -q -d PCIE` "
+                          "and `lspci -vv` (LnkSta vs LnkCap) show the trained link.",
+    "gpu_xid_error": "Read the XID in the host's kernel log (`dmesg | grep -i xid`) and follow "
+                     "NVIDIA's XID catalogue; drain the node if it recurs.",
+    "gpu_ecc_errors": "Check `nvidia-smi -q -d ECC,ROW_REMAPPER`; uncorrectable errors or pending "
+                      "remaps need a GPU reset or RMA.",
+}
+
+
+def cause_action(verdict: str) -> str:
+    return _CAUSE_ACTIONS[verdict]
+
+
+def _hardware(v: ReplicaVerdict, walk: Walk) -> Finding:
+    if not walk.has_telemetry:
+        return Finding(
+            verdict="replica_gpu_telemetry_missing", title=f"No GPU telemetry for {v.replica}",
+            confidence=0.5, severity="info",
+            summary=(f"The run recorded no GPU samples for {v.replica}, so the hardware walk "
+                     "(clocks, power, PCIe, errors) could not be done from the store."),
+            evidence=[], next_actions=[
+                "Run the fleet again with each replica's dcgm-exporter in the targets file "
+                "(`[NAME=]URL dcgm=http://HOST:9400/metrics`), or `infbench probe gpu` on its host.",
+                "On its host now: `nvidia-smi -q -d CLOCK,PERFORMANCE,POWER,TEMPERATURE,PCIE,ECC`."])
+    ev = [c.evidence for c in walk.checks]
+    cause = walk.cause
+    if cause is None:
+        return Finding(
+            verdict="replica_cause_not_in_gpu_telemetry",
+            title=f"{v.replica}'s GPU telemetry matches its peers'", confidence=0.5, severity="info",
+            summary=(f"Clocks, power and temperature, the PCIe link and error counters of "
+                     f"{v.replica} are at its peers' level, so the slowdown is not a throttled or "
+                     "degraded GPU as telemetry shows it."),
+            evidence=ev, next_actions=[
+                "Look outside the GPU: a busy or throttled host CPU, a noisy neighbour, NUMA "
+                "placement, a different engine version or setting (`infbench config diff`).",
+                f"`infbench diagnose stalls RUN` restricted to {v.replica}'s requests shows host pauses."])
+    others = [c.title for c in walk.checks if c.abnormal and c is not cause and c.title]
+    order = " -> ".join(f"{c.name}: {'ABNORMAL' if c.abnormal else 'ok'}" for c in walk.checks)
+    return Finding(
+        verdict=cause.verdict or "replica_hardware", title=f"{v.replica}: {cause.title}",
+        confidence=0.85, severity="critical",
+        summary=(f"The hardware walk over {v.replica}'s GPU telemetry against its peers' "
+                 f"({', '.join(v.peers)}) stops at {cause.name}: {cause.detail}."
+                 + (f" Also abnormal: {'; '.join(others)}." if others else "")
+                 + f" Walk: {order}."),
+        evidence=ev, next_actions=[cause_action(cause.verdict)] if cause.verdict else [])
+
+
+def _busier(v: ReplicaVerdict, z: float, obs: Observations, options: ReplicaOptions) -> Finding:
+    parts = []
+    if v.request_ratio is not None:
+        parts.append(f"was sent {v.request_ratio:.2f}x its peers' requests")
+    if v.load_ratio is not None:
+        parts.append(f"its requests met {v.load_ratio:.2f}x their load (in flight at send)")
+    same = ", ".join(f"{METRIC_WORDS[m]} {_ci(c, z)}" for m, c in v.comparisons.items() if c.delta is not None)
+    raw = v.comparisons.get("tpot") or next(iter(v.comparisons.values()))
+    raw_txt = ""
+    if raw.raw_ratio is not None:
+        raw_txt = (f" Unmatched, its median {METRIC_WORDS[raw.metric]} is {raw.raw_ratio:.2f}x theirs"
+                   + (": that is the load." if raw.raw_ratio >= 1 + options.min_effect / 2 else "."))
+    return Finding(
+        verdict="replica_busier",
+        title=f"Replica {v.replica} is busier, not slower",
+        confidence=0.8, severity="warning",
+        summary=(f"{v.replica} {' and '.join(parts)}. At matched load it is as fast as its peers "
+                 f"({same}; none {options.min_effect:.0%} or more slower).{raw_txt}"),
+        evidence=_cmp_evidence(v, z, obs),
+        next_actions=["Check the load balancer's weights and policy (least-outstanding routing "
+                      "evens out load that round robin does not when requests differ in length).",
+                      "No hardware check is needed for this replica: its latency curve is its peers'."])
+
+
+def _unknown_replica(config: dict, options: ReplicaOptions, sql: str, row: tuple) -> Finding:
+    steps = measurement_plan(config, options.db, options.replica_urls)
+    return Finding(
+        verdict="replicas_unknown",
+        title="Which replica served each request is unknown: measure them one by one",
+        confidence=1.0, severity="info",
+        summary=("This run went through one URL, so requests cannot be attributed to replicas "
+                 "(a load balancer picked them). Send the same workload to each replica "
+                 "directly, at the load each met behind the balancer, and compare at matched load."),
+        evidence=[Evidence("replica_attribution", {"requests_with_replica": row[0] if row else 0,
+                                                    "requests": row[1] if row else 0},
+                           sql, "requests.replica is NULL for every request: a one-URL run")],
+        next_actions=steps)
