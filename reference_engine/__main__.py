@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-model-len", type=int)
     add("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
+    add("--metrics-names", choices=["vllm", "sglang"], help="/metrics under vLLM's names "
+        "(default) or SGLang's (sglang:*, its bucket edges), for dashboards built for either")
     add("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/ (or set {API_KEY_ENV})")
     add("--fault", dest="faults", action="append", metavar="SPEC",
         help="inject a fault: KIND:FIELD=VALUE,... (repeatable; examples below)")

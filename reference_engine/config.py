@@ -100,6 +100,7 @@ class EngineConfig:
     async_scheduling: bool = False              # host work per step hidden behind the device step
     stream_interval: int = 1                    # tokens per streamed event (the first goes at once)
     scheduling_policy: str = "fcfs"             # fcfs | priority (the request's `priority`, low first)
+    metrics_names: str = "vllm"                 # /metrics under vLLM's or SGLang's names and buckets
     defaults: str = "builtin"                   # the default set these values came from
     profile_dir: str | None = None              # where /stop_profile writes traces (vLLM: VLLM_TORCH_PROFILER_DIR)
     profile_steps: str | None = None            # "START:COUNT": profile those steps without the endpoints
@@ -170,6 +171,8 @@ class EngineConfig:
                               f"{self.sim_output_median} and {self.sim_output_sigma}")
         if not self.step_overhead_ms >= 0.0:
             raise ConfigError(f"step_overhead_ms must be >= 0, got {self.step_overhead_ms}")
+        if self.metrics_names not in ("vllm", "sglang"):
+            raise ConfigError(f"metrics_names must be vllm or sglang, got {self.metrics_names!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if self.cudagraph_mode not in CUDAGRAPH_MODES:

@@ -27,8 +27,10 @@ from typing import Any
 from aiohttp import web
 
 from reference_engine import metrics as prom
+from reference_engine import metrics_sglang as prom_sglang
 from reference_engine import protocol
 from reference_engine.config import EngineConfig
+from reference_engine.device import exposition as device_exposition
 from reference_engine.engine import Engine
 from reference_engine.profiling import ProfileError
 from reference_engine.protocol import ApiError, GenerationRequest, invalid
@@ -255,8 +257,15 @@ async def health(request: web.Request) -> web.Response:
 async def metrics_route(request: web.Request) -> web.Response:
     app = request.app
     engine = app[ENGINE_KEY]
-    text = prom.render(engine.stats(), app[METRICS_KEY], app[CONFIG_KEY].model_name,
-                       memory_gauges(engine))
+    requests = app[METRICS_KEY]
+    if isinstance(requests, prom_sglang.SglangRequestMetrics):  # --metrics-names sglang
+        text = prom_sglang.render(engine.stats(), requests, app[CONFIG_KEY].model_name,
+                                  memory_gauges(engine))
+    else:
+        text = prom.render(engine.stats(), requests, app[CONFIG_KEY].model_name,
+                           memory_gauges(engine))
+    # The simulated GPUs' telemetry, in dcgm-exporter's names and labels.
+    text += device_exposition(engine.device)
     return web.Response(body=text.encode(), headers={"Content-Type": prom.CONTENT_TYPE})
 
 
@@ -313,7 +322,8 @@ def create_app(engine: Engine, config: EngineConfig) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware(config.api_key)])
     app[ENGINE_KEY] = engine
     app[CONFIG_KEY] = config
-    app[METRICS_KEY] = prom.RequestMetrics()
+    app[METRICS_KEY] = (prom_sglang.SglangRequestMetrics() if config.metrics_names == "sglang"
+                        else prom.RequestMetrics())
     app[TOKENIZER_KEY] = ByteTokenizer()
     app[STARTED_KEY] = int(time.time())
 
