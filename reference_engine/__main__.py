@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"{PROFILER_DIR_ENV}); torch: real trace, sim: synthetic trace of the timed steps")
     add("--profile-steps", metavar="START:COUNT",
         help="profile steps START..START+COUNT-1 without the endpoints (needs --profile-dir)")
+    add("--dump-dir", help="tensor parallel: each rank writes its collective log (Flight "
+        "Recorder pickle) to DIR/rank_<R> on a watchdog timeout and on POST "
+        "/debug/flight_recorder/dump")
+    add("--collective-timeout-s", type=float, help="tensor parallel: a collective running "
+        "longer marks the engine unhealthy and dumps every rank's log (default 30)")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 

@@ -34,7 +34,7 @@ class ConfigError(ValueError):
 DEFAULTS_DIR = Path(__file__).parent / "defaults"
 # Settings a default set may not choose: where and how the engine runs, not what it does.
 _NOT_DEFAULTS = {"executor", "model", "served_model_name", "gpu", "device", "api_key", "faults",
-                 "host", "port", "defaults", "profile_dir", "profile_steps"}
+                 "host", "port", "defaults", "profile_dir", "profile_steps", "dump_dir"}
 
 
 @functools.cache
@@ -104,6 +104,10 @@ class EngineConfig:
     defaults: str = "builtin"                   # the default set these values came from
     profile_dir: str | None = None              # where /stop_profile writes traces (vLLM: VLLM_TORCH_PROFILER_DIR)
     profile_steps: str | None = None            # "START:COUNT": profile those steps without the endpoints
+    # Tensor parallelism (torch executor): each rank writes its collective log here, in Flight
+    # Recorder's pickle format, as DIR/rank_<R> (on a watchdog timeout and on request).
+    dump_dir: str | None = None
+    collective_timeout_s: float = 30.0          # a collective running longer trips the watchdog
 
     def __post_init__(self) -> None:
         if self.executor in DEFAULT_MODELS and not self.model:
@@ -169,6 +173,10 @@ class EngineConfig:
         if self.sim_output_median < 0 or not self.sim_output_sigma >= 0.0:
             raise ConfigError("sim_output_median must be >= 0 and sim_output_sigma >= 0, got "
                               f"{self.sim_output_median} and {self.sim_output_sigma}")
+        if not (isinstance(self.collective_timeout_s, (int, float))
+                and 0.0 < self.collective_timeout_s < float("inf")):
+            raise ConfigError(f"collective_timeout_s must be a positive number of seconds, "
+                              f"got {self.collective_timeout_s!r}")
         if not self.step_overhead_ms >= 0.0:
             raise ConfigError(f"step_overhead_ms must be >= 0, got {self.step_overhead_ms}")
         if self.metrics_names not in ("vllm", "sglang"):

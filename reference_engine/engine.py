@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_engine.block_pool import BlockPool
-from reference_engine.config import EngineConfig
-from reference_engine.executor import Executor
+from reference_engine.config import ConfigError, EngineConfig
+from reference_engine.executor import Executor, ExecutorClosed
 from reference_engine.faults import Faults
 from reference_engine.profiling import StepProfiler
 from reference_engine.request import (
@@ -61,6 +61,14 @@ class EngineStats:
 
 
 def build_executor(config: EngineConfig, faults: Faults) -> Executor:
+    if faults.rank_specs and (config.executor != "torch" or config.tensor_parallel_size < 2):
+        spec = faults.rank_specs[0]
+        raise ConfigError(f"fault {spec}: needs --executor torch with --tensor-parallel-size "
+                          f">= 2 (real ranks to act on)")
+    if config.executor == "torch" and config.tensor_parallel_size > 1:
+        # N processes joined by torch.distributed (reference_engine/parallel/).
+        from reference_engine.parallel.tp_executor import TPExecutor
+        return TPExecutor(config, faults)
     if config.executor == "sim":
         from reference_engine.sim_executor import SimExecutor
         return SimExecutor(config, faults.device_factor, faults.collective_factor)
@@ -106,6 +114,11 @@ class Engine:
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
+        shutdown = getattr(self.executor, "shutdown", None)
+        if shutdown is not None:
+            # A multi-process executor stops its other ranks first: a step blocked in a
+            # collective (a hung rank) then fails at once instead of holding the join.
+            shutdown()
         if self._thread is not None:
             self._thread.join(timeout)
         if self.profiler.active:  # a profile still recording at shutdown is written, not lost
@@ -169,6 +182,12 @@ class Engine:
         report["total"] = sum(v for k, v in report.items() if k != "total")
         return report
 
+    def health(self) -> str | None:
+        """None when healthy, else one line saying why not (an executor that watches its
+        ranks reports a collective timeout or a failed rank)."""
+        report = getattr(self.executor, "health", None)
+        return report() if report is not None else None
+
     def check_invariants(self) -> None:
         """Scheduler and pool invariants; only while the step loop is not running a step."""
         self.scheduler.check_invariants()
@@ -189,6 +208,8 @@ class Engine:
                     continue
             try:
                 self.step()
+            except ExecutorClosed:
+                return  # stop() shut the executor down under this step
             except Exception:
                 log.exception("engine step failed; stopping the step loop")
                 raise

@@ -50,6 +50,10 @@ class StepBatch:
         return sum(1 for w in self.seqs if w.is_decode)
 
 
+class ExecutorClosed(RuntimeError):
+    """The executor was shut down under a running step (engine stop): not a failure."""
+
+
 @runtime_checkable
 class Executor(Protocol):
     name: str

@@ -7,7 +7,9 @@ A spec is `kind:field=value,field=value` (the `--fault` flag, repeatable):
 | `periodic-stall` | `every_steps=N` or `every_s=S`, `duration_ms=D` | every N steps (or S seconds, on a fixed schedule from the first step: the first step at or after each due time) one step lasts D ms longer, shared by every running request at the same wall time; those steps carry `fault="periodic-stall"` in the step log |
 | `slow-device` | `factor=F` (> 1) | HBM bandwidth derated F times: every memory-bound step is slower by the roofline (sim), or every step stretched F times (other executors) |
 | `memory-growth` | `bytes_per_request=B` | B bytes retained (really allocated and touched) per finished request; `memory_report()["retained"]` grows linearly with finished requests |
-| `hang` | `at_step=N` | the step loop stops before step N and never returns; HTTP, /health and /metrics keep answering, the step log stops at N-1 |
+| `hang` | `at_step=N`, optional `rank=R` | without `rank`: the step loop stops before step N and never returns; HTTP, /health and /metrics keep answering, the step log stops at N-1. With `rank` (torch executor, tensor_parallel_size > R): rank R takes step N's work and then enters no collective, so the other ranks block inside one (the collective watchdog fires; the dumps show rank R's last collective behind the others') |
+| `slow-link` | `rank=R`, `factor=F` (>= 1) | rank R's collective traffic is F times slower: each collective it takes part in lasts F times what the transfer took (torch executor, tensor_parallel_size > R) |
+| `mismatch` | `rank=R`, `at_step=N` | at step N rank R issues its first all-reduce on half the hidden size while the others send the whole: the sizes differ at one collective sequence id, then the ranks block (torch executor, tensor_parallel_size > R) |
 | `slow-collective` | `factor=F` (> 1), optional `bytes_per_token=` | each step adds (F-1) x the ideal tensor-parallel all-reduce time of its tokens (ring all-reduce over the GPU's interconnect); needs tensor_parallel_size > 1 |
 """
 
@@ -22,8 +24,10 @@ _FIELDS: dict[str, dict[str, type]] = {
     "periodic-stall": {"every_steps": int, "every_s": float, "duration_ms": float},
     "slow-device": {"factor": float},
     "memory-growth": {"bytes_per_request": int},
-    "hang": {"at_step": int},
+    "hang": {"at_step": int, "rank": int},
     "slow-collective": {"factor": float},
+    "slow-link": {"rank": int, "factor": float},
+    "mismatch": {"rank": int, "at_step": int},
 }
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "periodic-stall": ("duration_ms",),
@@ -31,7 +35,11 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "memory-growth": ("bytes_per_request",),
     "hang": ("at_step",),
     "slow-collective": ("factor",),
+    "slow-link": ("rank", "factor"),
+    "mismatch": ("rank", "at_step"),
 }
+# Faults that act on one tensor-parallel rank: they need the torch executor at TP > 1.
+RANK_FAULT_KINDS = ("slow-link", "mismatch")
 FAULT_KINDS = tuple(_FIELDS)
 
 # One working spec per kind: `--help` prints them and a test parses every one, so the help
@@ -42,7 +50,10 @@ FAULT_EXAMPLES: tuple[str, ...] = (
     "slow-device:factor=1.1",
     "memory-growth:bytes_per_request=1048576",
     "hang:at_step=300",
+    "hang:rank=1,at_step=20",
     "slow-collective:factor=4",
+    "slow-link:rank=1,factor=4",
+    "mismatch:rank=1,at_step=10",
 )
 
 
@@ -97,10 +108,10 @@ def _check(kind: str, p: dict[str, float]) -> None:
             raise FaultSpecError("fault periodic-stall: give exactly one of every_steps, every_s")
         if p.get("every_steps", 1) < 1 or p.get("every_s", 1.0) <= 0:
             raise FaultSpecError("fault periodic-stall: field every_steps/every_s must be > 0")
-    if kind in ("slow-device", "slow-collective") and p["factor"] < 1.0:
+    if kind in ("slow-device", "slow-collective", "slow-link") and p["factor"] < 1.0:
         raise FaultSpecError(f"fault {kind}: field factor must be >= 1, got {p['factor']:g}")
-    if kind == "hang" and p["at_step"] < 1:
-        raise FaultSpecError("fault hang: field at_step must be >= 1")
+    if kind in ("hang", "mismatch") and p["at_step"] < 1:
+        raise FaultSpecError(f"fault {kind}: field at_step must be >= 1")
 
 
 class Faults:
@@ -118,7 +129,10 @@ class Faults:
         by = {s.kind: s.params for s in self.specs}
         self.device_factor = by.get("slow-device", {}).get("factor", 1.0)
         self.collective_factor = by.get("slow-collective", {}).get("factor", 1.0)
-        self.hang_at_step = int(by["hang"]["at_step"]) if "hang" in by else None
+        hang = by.get("hang", {})
+        # A hang with a rank is the tensor-parallel one (parallel/rank_faults.py); only a
+        # hang without one stops the engine's own step loop.
+        self.hang_at_step = int(hang["at_step"]) if hang and "rank" not in hang else None
         stall = by.get("periodic-stall")
         self._stall_every_steps = int(stall["every_steps"]) if stall and "every_steps" in stall else None
         self._stall_every_s = stall.get("every_s") if stall else None
@@ -131,6 +145,13 @@ class Faults:
 
     def __bool__(self) -> bool:
         return bool(self.specs)
+
+    @property
+    def rank_specs(self) -> list[FaultSpec]:
+        """The faults that act on one tensor-parallel rank (hang with a rank, slow-link,
+        mismatch)."""
+        return [s for s in self.specs
+                if s.kind in RANK_FAULT_KINDS or (s.kind == "hang" and "rank" in s.params)]
 
     def should_hang(self, step_id: int) -> bool:
         return self.hang_at_step is not None and step_id >= self.hang_at_step

@@ -126,6 +126,13 @@ class TinyLlama:
         self.lm_head = init(c.hidden_size, c.vocab_size, std=c.logit_scale * c.hidden_size ** -0.5)
         self.inv_freq = 1.0 / (c.rope_theta ** (
             torch.arange(0, c.head_dim, 2, dtype=torch.float64, device=self.device) / c.head_dim))
+        # The heads this instance computes and how its partial outputs are summed. A whole
+        # model computes every head and sums nothing; a tensor-parallel shard
+        # (reference_engine/parallel/sharding.py) narrows the heads and MLP columns and
+        # all-reduces the row-parallel outputs (o_proj, down_proj) across its ranks.
+        self.num_heads = c.num_heads
+        self.num_kv_heads = c.num_kv_heads
+        self.all_reduce: Callable[[torch.Tensor], torch.Tensor] = _unreduced
 
     def weight_bytes(self) -> int:
         tensors = [self.embed, self.final_norm, self.lm_head]
@@ -140,18 +147,20 @@ class TinyLlama:
                       attend: AttentionFn) -> torch.Tensor:
         """Final-normed hidden states [tokens, hidden]; ``attend(layer, q, k, v)`` does attention."""
         c = self.config
+        heads, kv_heads = self.num_heads, self.num_kv_heads
         cos, sin = self.rope_tables(positions)
         x = self.embed[token_ids]
         for index, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.attn_norm, c.rms_norm_eps) @ layer.wqkv
-            q, k, v = h.split([c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim,
-                               c.num_kv_heads * c.head_dim], dim=-1)
-            q = apply_rope(q.view(-1, c.num_heads, c.head_dim), cos, sin)
-            k = apply_rope(k.view(-1, c.num_kv_heads, c.head_dim), cos, sin)
-            v = v.view(-1, c.num_kv_heads, c.head_dim)
-            x = x + attend(index, q, k, v).reshape(-1, c.num_heads * c.head_dim) @ layer.wo
+            q, k, v = h.split([heads * c.head_dim, kv_heads * c.head_dim,
+                               kv_heads * c.head_dim], dim=-1)
+            q = apply_rope(q.view(-1, heads, c.head_dim), cos, sin)
+            k = apply_rope(k.view(-1, kv_heads, c.head_dim), cos, sin)
+            v = v.view(-1, kv_heads, c.head_dim)
+            attn = attend(index, q, k, v).reshape(-1, heads * c.head_dim) @ layer.wo
+            x = x + self.all_reduce(attn)
             gate, up = (_rms_norm(x, layer.mlp_norm, c.rms_norm_eps) @ layer.w_gate_up).chunk(2, -1)
-            x = x + (F.silu(gate) * up) @ layer.w_down
+            x = x + self.all_reduce((F.silu(gate) * up) @ layer.w_down)
         return _rms_norm(x, self.final_norm, c.rms_norm_eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -192,14 +201,14 @@ class TinyLlama:
                 # One query per head: fold each kv head's query group into the "query
                 # length" axis, so the keys are read once per kv head, never copied per head.
                 c = self.config
-                group = c.num_heads // c.num_kv_heads
-                q_dec = q[plan.decode_rows].view(-1, c.num_kv_heads, group, c.head_dim)
+                group = self.num_heads // self.num_kv_heads
+                q_dec = q[plan.decode_rows].view(-1, self.num_kv_heads, group, c.head_dim)
                 o = F.scaled_dot_product_attention(
                     q_dec,                                                   # [B, KV, G, D]
                     k_flat[plan.decode_key_slots].transpose(1, 2),          # [B, KV, L, D]
                     v_flat[plan.decode_key_slots].transpose(1, 2),
                     attn_mask=plan.decode_key_mask)                         # [B, 1, 1, L]
-                out[plan.decode_rows] = o.reshape(-1, c.num_heads, c.head_dim)
+                out[plan.decode_rows] = o.reshape(-1, self.num_heads, c.head_dim)
             for first, end, key_slots, mask in plan.prefills:
                 o = F.scaled_dot_product_attention(
                     q[first:end].transpose(0, 1)[None],
@@ -213,7 +222,7 @@ class TinyLlama:
 
     def _expand_kv(self, t: torch.Tensor) -> torch.Tensor:
         # GQA: query head h reads kv head h // (heads / kv_heads).
-        return t.repeat_interleave(self.config.num_heads // self.config.num_kv_heads, dim=1)
+        return t.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
 
 
 class PagedKVCache:
@@ -224,8 +233,11 @@ class PagedKVCache:
     """
 
     def __init__(self, config: TinyLlamaConfig, num_blocks: int, block_size: int,
-                 device: torch.device, dtype: torch.dtype) -> None:
-        shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
+                 device: torch.device, dtype: torch.dtype, num_kv_heads: int | None = None,
+                 ) -> None:
+        # num_kv_heads: the heads this rank holds (a tensor-parallel shard holds fewer).
+        kv_heads = config.num_kv_heads if num_kv_heads is None else num_kv_heads
+        shape = (num_blocks, block_size, kv_heads, config.head_dim)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
@@ -240,9 +252,15 @@ class PagedKVCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
     @staticmethod
-    def bytes_per_block(config: TinyLlamaConfig, block_size: int, dtype: torch.dtype) -> int:
+    def bytes_per_block(config: TinyLlamaConfig, block_size: int, dtype: torch.dtype,
+                        num_kv_heads: int | None = None) -> int:
         element = torch.tensor([], dtype=dtype).element_size()
-        return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * element
+        kv_heads = config.num_kv_heads if num_kv_heads is None else num_kv_heads
+        return 2 * config.num_layers * block_size * kv_heads * config.head_dim * element
+
+
+def _unreduced(partial: torch.Tensor) -> torch.Tensor:
+    return partial
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

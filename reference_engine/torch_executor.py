@@ -93,7 +93,8 @@ class TorchExecutor:
 
     def _decide_num_blocks(self, num_blocks: int | None, kv_cache_bytes: int | None,
                            utilization: float) -> int:
-        per_block = PagedKVCache.bytes_per_block(self.model.config, self.block_size, self.dtype)
+        per_block = PagedKVCache.bytes_per_block(self.model.config, self.block_size, self.dtype,
+                                                 self.model.num_kv_heads)
         if num_blocks is None:
             if kv_cache_bytes is None:
                 kv_cache_bytes = (self._cuda_kv_budget(utilization) if self.device.type == "cuda"

@@ -1,0 +1,70 @@
+"""The one door to torch.distributed: every collective is logged, timed and may be faulted.
+
+Each call is entered in the rank's collective log as scheduled, started when handed to the
+backend and completed when the backend returns, so the watchdog can see a collective that
+never returns and a dump can say which one. The slow-link and mismatch faults act here, on
+the real call, so what the other ranks see is what a real slow link or a mismatched
+collective would make them see.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from reference_engine.parallel.collective_log import CollectiveLog, caller_frames
+from reference_engine.parallel.rank_faults import RankFaults
+
+
+class CollectiveError(RuntimeError):
+    """A collective failed (a peer went away, or the group is shutting down)."""
+
+
+class Communicator:
+    """Owns: the current step id (set by the issuing thread before each step's collectives)
+    and whether this step's mismatch has fired."""
+
+    def __init__(self, log: CollectiveLog, faults: RankFaults, rank: int) -> None:
+        self.log = log
+        self.faults = faults
+        self.rank = rank
+        self.step_id = 0
+        self._mismatched_step: int | None = None
+
+    def begin_step(self, step_id: int) -> None:
+        self.step_id = step_id
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum `tensor` over the ranks in place; returns it."""
+        target = tensor
+        if (self.faults.mismatch_at_step == self.step_id
+                and self._mismatched_step != self.step_id):
+            # The mismatch: half the hidden size where the others send all of it.
+            self._mismatched_step = self.step_id
+            target = tensor[..., : max(1, tensor.shape[-1] // 2)].contiguous()
+        self._run("all_reduce", target, lambda: dist.all_reduce(target))
+        if target is not tensor:
+            tensor[..., : target.shape[-1]] = target
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        self._run("broadcast", tensor, lambda: dist.broadcast(tensor, src))
+        return tensor
+
+    def _run(self, op: str, tensor: torch.Tensor, call: object) -> None:
+        entry = self.log.scheduled(op, [tensor], [tensor], caller_frames(2))
+        self.log.started(entry)
+        t0 = time.perf_counter()
+        try:
+            call()  # type: ignore[operator]
+        except Exception as exc:
+            self.log.failed(entry)
+            raise CollectiveError(f"rank {self.rank}: {entry['profiling_name']} (collective "
+                                  f"seq id {entry['collective_seq_id']}) failed: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from exc
+        if self.faults.slow_factor > 1.0:
+            # A link F times slower moves the same bytes in F times the time.
+            time.sleep((self.faults.slow_factor - 1.0) * (time.perf_counter() - t0))
+        self.log.completed(entry)
