@@ -30,6 +30,7 @@ from reference_engine import metrics as prom
 from reference_engine import metrics_sglang as prom_sglang
 from reference_engine import protocol
 from reference_engine.config import EngineConfig
+from reference_engine.device import exposition as device_exposition
 from reference_engine.engine import Engine
 from reference_engine.profiling import ProfileError
 from reference_engine.protocol import ApiError, GenerationRequest, invalid
@@ -263,6 +264,8 @@ async def metrics_route(request: web.Request) -> web.Response:
     else:
         text = prom.render(engine.stats(), requests, app[CONFIG_KEY].model_name,
                            memory_gauges(engine))
+    # The simulated GPUs' telemetry, in dcgm-exporter's names and labels.
+    text += device_exposition(engine.device)
     return web.Response(body=text.encode(), headers={"Content-Type": prom.CONTENT_TYPE})
 
 

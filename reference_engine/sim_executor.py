@@ -162,8 +162,8 @@ class SimExecutor:
                        flops_fraction=self.flops_fraction)
         # A slow link stretches only the step's TP all-reduces (comm_s is 0 at tp=1).
         # The step's inputs go up and its sampled tokens come down before the next step can
-        # be built: serial with the compute, at the link's bandwidth.
-        pcie_s = self.device.transfer_s(pcie_bytes) if self.device is not None else 0.0
+        # be built: serial with the compute. A link trained low adds its slower transfer.
+        pcie_s = self.device.extra_transfer_s(pcie_bytes) if self.device is not None else 0.0
         device = (bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
                   + self.kernel_floor_s + pcie_s)
         # What the step was made of, for the synthetic profiler trace (profiling.py).
