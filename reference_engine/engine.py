@@ -21,8 +21,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from infbench.specs import get_gpu
 from reference_engine.block_pool import BlockPool
 from reference_engine.config import ConfigError, EngineConfig
+from reference_engine.device import SimDevice
 from reference_engine.executor import Executor, ExecutorClosed
 from reference_engine.faults import Faults
 from reference_engine.profiling import StepProfiler
@@ -60,7 +62,7 @@ class EngineStats:
     hung: bool                    # the hang fault has stopped the step loop
 
 
-def build_executor(config: EngineConfig, faults: Faults) -> Executor:
+def build_executor(config: EngineConfig, faults: Faults, device: SimDevice | None = None) -> Executor:
     if faults.rank_specs and (config.executor != "torch" or config.tensor_parallel_size < 2):
         spec = faults.rank_specs[0]
         raise ConfigError(f"fault {spec}: needs --executor torch with --tensor-parallel-size "
@@ -71,18 +73,31 @@ def build_executor(config: EngineConfig, faults: Faults) -> Executor:
         return TPExecutor(config, faults)
     if config.executor == "sim":
         from reference_engine.sim_executor import SimExecutor
-        return SimExecutor(config, faults.device_factor, faults.collective_factor)
+        return SimExecutor(config, faults.device_factor, faults.collective_factor, device)
     from reference_engine.torch_executor import TorchExecutor  # torch is imported only here
     return TorchExecutor.from_config(config)
+
+
+def make_device(config: EngineConfig, faults: Faults) -> SimDevice:
+    """The simulated GPUs whose telemetry /metrics shows (and the GPU faults act on)."""
+    try:
+        return SimDevice(config.gpu, config.tensor_parallel_size, faults.gpu,
+                         get_gpu(config.gpu).pcie_gen)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 class Engine:
     def __init__(self, config: EngineConfig, executor: Executor | None = None) -> None:
         self.config = config
         self.faults = Faults(config.faults)
-        self.executor = executor if executor is not None else build_executor(config, self.faults)
-        # Executors other than sim cannot derate bandwidth themselves: stretch their steps.
-        self._stretch = 1.0 if self.executor.name == "sim" else self.faults.device_factor
+        self.device = make_device(config, self.faults)
+        self.executor = (executor if executor is not None
+                         else build_executor(config, self.faults, self.device))
+        # Executors other than sim cannot derate bandwidth or clocks themselves: stretch
+        # their steps (a throttled clock stretches all of a real step, roughly).
+        self._stretch = (1.0 if self.executor.name == "sim"
+                         else self.faults.device_factor / self.device.clock_ratio)
         self.profiler = StepProfiler(config.profile_dir, config.profile_steps, self.executor)
         self.pool = BlockPool(self.executor.num_blocks, self.executor.block_size,
                               config.enable_prefix_caching)
@@ -224,6 +239,9 @@ class Engine:
         t0 = time.monotonic()
         self._intake()
         step_id = self._step_id + 1
+        if self.device.lost():
+            self._device_lost()
+            return None
         if self.faults.should_hang(step_id):
             self._hang()
             return None
@@ -241,6 +259,11 @@ class Engine:
             time.sleep(extra + stall)  # a device or host that is slower than it should be
             end = time.monotonic()
         self._window_start = end
+        parts = getattr(self.executor, "last_parts", None) or {}
+        bd = parts.get("breakdown")
+        self.device.observe_step(parts.get("device_s", end - exec_start),
+                                 bd.memory_s if bd is not None else 0.0,
+                                 parts.get("pcie_bytes", 0.0), end)
         t1 = time.monotonic()
         self._emit(self.scheduler.update(out, sampled, end))
         host_s += time.monotonic() - t1
@@ -317,6 +340,22 @@ class Engine:
                     del self._live[seq.request_id]
                     seq.aborted = True
                     self._aborts.append(seq)
+
+    def _device_lost(self) -> None:
+        # A fatal XID (fault xid): the GPU is gone, and with it a real engine's CUDA context.
+        # Every request in flight or queued ends with "abort"; no step runs again, and later
+        # requests end the same way as soon as they arrive.
+        with self._lock:
+            if not self._hung:
+                log.error("fault xid: XID %d, the GPU is lost; aborting every request",
+                          self.device.xid_now())
+                self._hung = True
+            lost = list(self._live.values())
+            self._live.clear()
+            for seq in lost:
+                seq.aborted = True
+                self._aborts.append(seq)
+        self._intake()
 
     def _hang(self) -> None:
         # The hang fault: the loop stops making progress (no steps, no outputs) while every

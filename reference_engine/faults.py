@@ -10,6 +10,9 @@ A spec is `kind:field=value,field=value` (the `--fault` flag, repeatable):
 | `hang` | `at_step=N`, optional `rank=R` | without `rank`: the step loop stops before step N and never returns; HTTP, /health and /metrics keep answering, the step log stops at N-1. With `rank` (torch executor, tensor_parallel_size > R): rank R takes step N's work and then enters no collective, so the other ranks block inside one (the collective watchdog fires; the dumps show rank R's last collective behind the others') |
 | `slow-link` | `rank=R`, `factor=F` (>= 1) | rank R's collective traffic is F times slower: each collective it takes part in lasts F times what the transfer took (torch executor, tensor_parallel_size > R) |
 | `mismatch` | `rank=R`, `at_step=N` | at step N rank R issues its first all-reduce on half the hidden size while the others send the whole: the sizes differ at one collective sequence id, then the ranks block (torch executor, tensor_parallel_size > R) |
+| `throttle` | `reason=` thermal, power or sw, `sm_clock_mhz=N` | the simulated GPUs' SM clock is N MHz instead of their maximum (clock-event reason SwThermalSlowdown, SwPowerCap or ApplicationsClocksSetting): compute-bound work (prefill, the kernel floor) runs max/N times slower, HBM-bound decode much less; /metrics shows the clock, the reason, and heat or power at the cap (reference_engine/device.py) |
+| `pcie` | `gen=G` and/or `width=W` | the host<->device link trained at Gen G xW below the board's maximum: each step's host<->device copies take their bytes at that bandwidth; /metrics shows the current vs maximum link |
+| `xid` | `code=N`, optional `at_s=T` | T s after start (default 0) the GPU raises XID N: 63, 64, 92 only count ECC errors; any other code loses the device (requests in flight and after are aborted); /metrics shows the XID |
 | `slow-collective` | `factor=F` (> 1), optional `bytes_per_token=` | each step adds (F-1) x the ideal tensor-parallel all-reduce time of its tokens (ring all-reduce over the GPU's interconnect); needs tensor_parallel_size > 1 |
 """
 
@@ -18,6 +21,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+from reference_engine.device import PCIE_LANE_GBPS, PCIE_WIDTHS, THROTTLE_BITS, GpuFaultConfig
+
+THROTTLE_REASONS = tuple(THROTTLE_BITS)
 
 # kind -> {field: type}; `required` lists fields that must be given.
 _FIELDS: dict[str, dict[str, type]] = {
@@ -26,6 +34,9 @@ _FIELDS: dict[str, dict[str, type]] = {
     "memory-growth": {"bytes_per_request": int},
     "hang": {"at_step": int, "rank": int},
     "slow-collective": {"factor": float},
+    "throttle": {"reason": str, "sm_clock_mhz": float},
+    "pcie": {"gen": int, "width": int},
+    "xid": {"code": int, "at_s": float},
     "slow-link": {"rank": int, "factor": float},
     "mismatch": {"rank": int, "at_step": int},
 }
@@ -35,6 +46,9 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "memory-growth": ("bytes_per_request",),
     "hang": ("at_step",),
     "slow-collective": ("factor",),
+    "throttle": ("reason", "sm_clock_mhz"),
+    "pcie": (),
+    "xid": ("code",),
     "slow-link": ("rank", "factor"),
     "mismatch": ("rank", "at_step"),
 }
@@ -52,6 +66,10 @@ FAULT_EXAMPLES: tuple[str, ...] = (
     "hang:at_step=300",
     "hang:rank=1,at_step=20",
     "slow-collective:factor=4",
+    "throttle:reason=thermal,sm_clock_mhz=1410",
+    "throttle:reason=power,sm_clock_mhz=1600",
+    "pcie:gen=3,width=8",
+    "xid:code=79,at_s=30",
     "slow-link:rank=1,factor=4",
     "mismatch:rank=1,at_step=10",
 )
@@ -67,7 +85,8 @@ class FaultSpec:
     params: dict[str, float]
 
     def __str__(self) -> str:
-        fields = ",".join(f"{k}={v:g}" for k, v in self.params.items())
+        fields = ",".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:g}"
+                          for k, v in self.params.items())
         return f"{self.kind}:{fields}"
 
 
@@ -92,7 +111,7 @@ def parse_fault(spec: str) -> FaultSpec:
             raise FaultSpecError(
                 f"fault {kind}: field {name} must be {fields[name].__name__}, got {raw.strip()!r}"
             ) from None
-        if not value >= 0:
+        if not isinstance(value, str) and not value >= 0:
             raise FaultSpecError(f"fault {kind}: field {name} must be >= 0, got {raw.strip()}")
         params[name] = value
     for name in _REQUIRED[kind]:
@@ -112,6 +131,36 @@ def _check(kind: str, p: dict[str, float]) -> None:
         raise FaultSpecError(f"fault {kind}: field factor must be >= 1, got {p['factor']:g}")
     if kind in ("hang", "mismatch") and p["at_step"] < 1:
         raise FaultSpecError(f"fault {kind}: field at_step must be >= 1")
+    _check_gpu(kind, p)
+
+
+def _check_gpu(kind: str, p: dict[str, Any]) -> None:
+    """The GPU faults (reference_engine/device.py); the board's own limits are checked there."""
+    if kind == "throttle":
+        if p["reason"] not in THROTTLE_REASONS:
+            raise FaultSpecError(f"fault throttle: field reason must be one of "
+                                 f"{', '.join(THROTTLE_REASONS)}, got {p['reason']!r}")
+        if p["sm_clock_mhz"] <= 0:
+            raise FaultSpecError("fault throttle: field sm_clock_mhz must be > 0")
+    if kind == "pcie":
+        if not p:
+            raise FaultSpecError("fault pcie: give gen, width or both")
+        if "gen" in p and p["gen"] not in PCIE_LANE_GBPS:
+            raise FaultSpecError(f"fault pcie: field gen must be 1..{max(PCIE_LANE_GBPS)}, got {p['gen']}")
+        if "width" in p and p["width"] not in PCIE_WIDTHS:
+            raise FaultSpecError(f"fault pcie: field width must be one of "
+                                 f"{', '.join(map(str, PCIE_WIDTHS))}, got {p['width']}")
+    if kind == "xid" and p["code"] < 1:
+        raise FaultSpecError("fault xid: field code must be >= 1")
+
+
+def gpu_fault_config(specs: Iterable[FaultSpec]) -> GpuFaultConfig:
+    by = {s.kind: s.params for s in specs}
+    throttle, pcie, xid = by.get("throttle", {}), by.get("pcie", {}), by.get("xid", {})
+    return GpuFaultConfig(
+        throttle_reason=throttle.get("reason"), sm_clock_mhz=throttle.get("sm_clock_mhz"),
+        pcie_gen=pcie.get("gen"), pcie_width=pcie.get("width"),
+        xid_code=xid.get("code"), xid_at_s=float(xid.get("at_s", 0.0)))
 
 
 class Faults:
@@ -133,6 +182,7 @@ class Faults:
         # A hang with a rank is the tensor-parallel one (parallel/rank_faults.py); only a
         # hang without one stops the engine's own step loop.
         self.hang_at_step = int(hang["at_step"]) if hang and "rank" not in hang else None
+        self.gpu = gpu_fault_config(self.specs)
         stall = by.get("periodic-stall")
         self._stall_every_steps = int(stall["every_steps"]) if stall and "every_steps" in stall else None
         self._stall_every_s = stall.get("every_s") if stall else None
@@ -193,6 +243,10 @@ class Faults:
             labels.append("slow-device")
         if self.collective_factor > 1.0:
             labels.append("slow-collective")
+        if self.gpu.sm_clock_mhz is not None:
+            labels.append("throttle")
+        if self.gpu.pcie_gen is not None or self.gpu.pcie_width is not None:
+            labels.append("pcie")
         if stalled:
             labels.append("periodic-stall")
         return "+".join(labels) or None
