@@ -94,7 +94,8 @@ def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
     """Export a run's tables (Parquet or CSV), its diagnoses and findings included.
 
     The tables: runs, requests, chunks, metric_samples, engine_steps, client_samples, diagnoses
-    and findings; `infbench import DIR` loads them into another store."""
+    and findings, and the profiler traces linked to the run (`trace import --run`) with all
+    their events; `infbench import DIR` loads them into another store."""
     if format not in EXPORT_FORMATS:
         raise _fail(f"format: {format!r} is not one of {', '.join(EXPORT_FORMATS)}")
     try:
@@ -139,16 +140,18 @@ def import_cmd(
             counts = {rid: con.execute(
                 "SELECT (SELECT count(*) FROM requests WHERE run_id = $r), "
                 "(SELECT count(*) FROM chunks WHERE run_id = $r), "
-                "(SELECT count(*) FROM findings WHERE run_id = $r)", {"r": rid}).fetchone()
+                "(SELECT count(*) FROM findings WHERE run_id = $r), "
+                "(SELECT count(*) FROM traces WHERE run_id = $r)", {"r": rid}).fetchone()
                 for rid in ids}
         finally:
             con.close()
     except StoreError as exc:
         raise _fail(str(exc)) from None
     for rid in ids:
-        n_req, n_chunks, n_find = counts[rid] or (0, 0, 0)
-        typer.echo(f"imported run {rid} ({n_req} requests, {n_chunks} chunks, {n_find} findings) "
-                   f"from {directory} into {db}")
+        n_req, n_chunks, n_find, n_traces = counts[rid] or (0, 0, 0, 0)
+        traces = f", {n_traces} trace{'s' if n_traces != 1 else ''}" if n_traces else ""
+        typer.echo(f"imported run {rid} ({n_req} requests, {n_chunks} chunks, {n_find} findings"
+                   f"{traces}) from {directory} into {db}")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,9 +2,11 @@
 
 An export is a directory with one file per table (`runs.parquet`, `chunks.parquet`, ... or
 `.csv`), streamed by DuckDB's COPY, stored findings included, so a diagnosed run arrives
-diagnosed. Import inserts those rows by column name, so a file written by an older schema
-(fewer columns, or no `findings` file) still loads, and refuses a run id that the store
-already holds.
+diagnosed, and the profiler traces linked to the run (`traces`, `trace_ranks` and the five
+event tables), so `infbench trace analyze` and `diagnose mbu` work on the other side with
+the same numbers. Import inserts those rows by column name, so a file written by an older
+schema (fewer columns, or no `findings` or trace files) still loads, and refuses a run id or
+trace id that the store already holds.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ import duckdb
 
 from infbench.store.db import StoreError
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
+from infbench.store.trace_schema import TRACE_TABLES
 
 # Everything keyed by run_id that travels with a run (stored findings included).
 TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES)
+# The traces linked to the run travel too: `traces` by run_id, the rest by trace_id.
+ALL_TABLES = (*TABLES, *TRACE_TABLES)
 EXPORT_FORMATS = ("parquet", "csv")
 
 
@@ -57,9 +62,16 @@ def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[st
         "SELECT run_id FROM runs WHERE list_contains(?, run_id)", [run_ids]).fetchall()
     if clash:
         raise StoreError(f"run {clash[0][0]!r}: already in this store")
+    traces_file = _find(directory, "traces")
+    if traces_file is not None:
+        clash = con.execute(
+            f"SELECT trace_id FROM traces WHERE trace_id IN (SELECT trace_id FROM "
+            f"{_reader(traces_file)})").fetchall()
+        if clash:
+            raise StoreError(f"trace {clash[0][0]!r}: already in this store")
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in TABLES:
+        for table in ALL_TABLES:
             path = _find(directory, table)
             if path is None:
                 continue
@@ -89,11 +101,19 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: 
     out_dir.mkdir(parents=True, exist_ok=True)
     opts = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT csv, HEADER true)"
     files = []
-    for table in TABLES:
+    linked = f"SELECT trace_id FROM traces WHERE run_id = {_lit(run_id)}"
+    for table in ALL_TABLES:
         path = out_dir / f"{table}.{fmt}"
-        order = "" if table == "runs" else " ORDER BY 1, 2"
+        if table in ("runs", "traces"):
+            where, order = f"run_id = {_lit(run_id)}", ""
+        elif table in TRACE_TABLES:
+            # Event tables: (trace_id, rank, event_id) is each row's place in its file.
+            where = f"trace_id IN ({linked})"
+            order = " ORDER BY 1, 2" if table == "trace_ranks" else " ORDER BY 1, 2, 3"
+        else:
+            where, order = f"run_id = {_lit(run_id)}", " ORDER BY 1, 2"
         # COPY streams to the file without materialising the table in Python.
-        con.execute(f"COPY (SELECT * FROM {table} WHERE run_id = {_lit(run_id)}{order}) "
+        con.execute(f"COPY (SELECT * FROM {table} WHERE {where}{order}) "
                     f"TO {_lit(str(path))} {opts}")
         files.append(path)
     return files
