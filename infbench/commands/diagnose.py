@@ -34,8 +34,8 @@ from playbooks.hang import HangOptions, diagnose_hang, resolve_capture
 from playbooks.mbu import MbuOptions, diagnose_mbu
 from playbooks.memory import MemoryOptions, diagnose_memory
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
-from probes.hang import CaptureError, capture_dumps, capture_pids, capture_url, write_capture
 from playbooks.startup import StartupOptions, diagnose_startup
+from probes.hang import CaptureError, capture_dumps, capture_pids, capture_url, write_capture
 from probes.startup_log import StartupLogError, import_startup_log
 
 app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*/*.md).",

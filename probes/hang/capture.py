@@ -208,24 +208,39 @@ def capture_pids(pids: list[int], *, dumps: Path | None = None) -> Capture:
     return cap
 
 
+def _looks_pickled(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(1) == b"\x80"  # PROTO: every pickle since protocol 2
+    except OSError:
+        return False
+
+
 def _dump_files(folder: Path) -> tuple[dict[int, Path], dict[int, Path]]:
+    """Dumps are the files `<prefix><rank>` of the one prefix whose files are pickles (logs
+    like `log0` or markers like `ready_0` share the naming); every file with that prefix is
+    read as a dump, so a hostile one among them is refused, never skipped."""
     if not folder.is_dir():
         raise CaptureError(f"--dumps {folder}: not a directory")
-    dumps: dict[int, Path] = {}
+    by_prefix: dict[str, dict[int, Path]] = {}
     stacks: dict[int, Path] = {}
     for p in sorted(folder.iterdir()):
         if not p.is_file():
             continue
         s = _STACKS_NAME.match(p.name)
-        m = _DUMP_NAME.match(p.name)
-        into, rank = (stacks, int(s.group(1))) if s else (dumps, int(m.group(2))) if m else (None, -1)
-        if into is None:
+        if s:
+            if int(s.group(1)) in stacks:
+                raise CaptureError(f"--dumps {folder}: two stacks files for rank {s.group(1)}")
+            stacks[int(s.group(1))] = p
             continue
-        if rank in into:
-            raise CaptureError(f"--dumps {folder}: two files for rank {rank} "
-                               f"({into[rank].name}, {p.name})")
-        into[rank] = p
-    return dumps, stacks
+        m = _DUMP_NAME.match(p.name)
+        if m:
+            by_prefix.setdefault(m.group(1), {})[int(m.group(2))] = p
+    pickled = [pre for pre, files in by_prefix.items() if any(map(_looks_pickled, files.values()))]
+    if len(pickled) > 1:
+        raise CaptureError(f"--dumps {folder}: dumps under several prefixes "
+                           f"({', '.join(sorted(pickled))}): keep one capture per folder")
+    return (by_prefix[pickled[0]] if pickled else {}), stacks
 
 
 def capture_dumps(folder: Path) -> Capture:
