@@ -182,7 +182,8 @@ def _power(me: dict, peer, sql: str) -> Check:
     if not parts:
         return Check("power_thermal", False, None, None, "power and temperature at the peers' level", ev)
     verdict = "gpu_power_capped" if (lower_limit or at_cap) else "gpu_running_hot"
-    return Check("power_thermal", True, verdict, "; ".join(parts).capitalize(), "; ".join(parts), ev)
+    text = "; ".join(parts)
+    return Check("power_thermal", True, verdict, text[:1].upper() + text[1:], text, ev)
 
 
 def _pcie(me: dict, peer_rows: list[dict], sql: str) -> Check:

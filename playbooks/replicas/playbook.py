@@ -80,8 +80,9 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
         if v.slower:
             tails = {m: tail_effect(con, ctx.run_id, v.replica, m) for m in ("ttft", "tpot", "e2e")}
             walk = hardware_walk(con, ctx.run_id, v.replica, v.peers)
-            diag.findings.append(_slower(v, z, tails, walk, obs, options))
-            diag.findings.append(_hardware(v, walk))
+            slower = _slower(v, z, tails, walk, obs, options)
+            diag.findings.append(slower)
+            diag.findings.append(_hardware(v, walk, slower))
         elif v.busier:
             diag.findings.append(_busier(v, z, obs, options))
     return diag
@@ -127,7 +128,8 @@ def _cmp_evidence(v: ReplicaVerdict, z: float, obs: Observations) -> list[Eviden
 
 def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Walk,
             obs: Observations, options: ReplicaOptions) -> Finding:
-    worst = max(v.slower_on, key=lambda m: v.comparisons[m].delta or 0.0)
+    # Headline: the metric whose interval shows the largest slowdown at its low end.
+    worst = max(v.slower_on, key=lambda m: (v.comparisons[m].interval(z) or (0.0, 0.0))[0])
     c = v.comparisons[worst]
     tail = tails[TAIL_OF[worst]]
     what = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.slower_on)
@@ -195,7 +197,8 @@ def cause_action(verdict: str) -> str:
     return _CAUSE_ACTIONS[verdict]
 
 
-def _hardware(v: ReplicaVerdict, walk: Walk) -> Finding:
+def _hardware(v: ReplicaVerdict, walk: Walk, slower: Finding) -> Finding:
+    """The cause is only as sure, and as severe, as the slowdown it explains: it comes after it."""
     if not walk.has_telemetry:
         return Finding(
             verdict="replica_gpu_telemetry_missing", title=f"No GPU telemetry for {v.replica}",
@@ -223,7 +226,7 @@ def _hardware(v: ReplicaVerdict, walk: Walk) -> Finding:
     order = " -> ".join(f"{c.name}: {'ABNORMAL' if c.abnormal else 'ok'}" for c in walk.checks)
     return Finding(
         verdict=cause.verdict or "replica_hardware", title=f"{v.replica}: {cause.title}",
-        confidence=0.85, severity="critical",
+        confidence=round(0.95 * slower.confidence, 3), severity=slower.severity,
         summary=(f"The hardware walk over {v.replica}'s GPU telemetry against its peers' "
                  f"({', '.join(v.peers)}) stops at {cause.name}: {cause.detail}."
                  + (f" Also abnormal: {'; '.join(others)}." if others else "")

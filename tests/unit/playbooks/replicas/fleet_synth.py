@@ -1,0 +1,47 @@
+"""Synthetic per-request data of a fleet, with a known truth per replica.
+
+Each replica gets requests whose load (requests in flight on it at send) is 1 + Poisson(base x
+its load factor), a decode load near it, and latencies on a shared, nonlinear latency-load
+curve `1 + a x load^p`, times its slowdown, times noise: i.i.d. log-normal per request and a
+shock shared by the requests of one replica-second (they share batches and stalls).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from playbooks.replicas.observations import Observations
+
+
+def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, float]], *,
+                    n: int = 200, base_load: float = 3.0, a: float = 0.15, p: float = 1.0,
+                    noise: float = 0.1, second_noise: float = 0.0, duration_s: float = 20.0
+                    ) -> Observations:
+    """`replicas`: name -> (load factor, slowdown). `n` requests per unit of load factor."""
+    cols: dict[str, list] = {k: [] for k in ("request_idx", "replica", "replica_concurrency", "send_ns",
+                                             "ttft_ms", "tpot_ms", "e2e_ms", "decode_load")}
+    idx = 0
+    for name, (load_factor, slow) in replicas.items():
+        m = int(round(n * load_factor))
+        load = 1 + rng.poisson(base_load * load_factor, m)
+        decode_load = np.maximum(1.0, load * np.exp(rng.normal(0, 0.15, m)))
+        send_s = np.sort(rng.uniform(0, duration_s, m))
+        shocks = rng.normal(0, second_noise, int(duration_s) + 1)
+        shared = np.exp(shocks[send_s.astype(int)])
+        ttft = 20.0 * (1 + a * load ** p) * slow * np.exp(rng.normal(0, noise, m)) * shared
+        tpot = 5.0 * (1 + a * decode_load ** p) * slow * np.exp(rng.normal(0, noise, m)) * shared
+        cols["request_idx"] += list(range(idx, idx + m))
+        idx += m
+        cols["replica"] += [name] * m
+        cols["replica_concurrency"] += load.tolist()
+        cols["send_ns"] += (send_s * 1e9).astype(np.int64).tolist()
+        cols["ttft_ms"] += ttft.tolist()
+        cols["tpot_ms"] += tpot.tolist()
+        cols["e2e_ms"] += (ttft + 63 * tpot).tolist()
+        cols["decode_load"] += decode_load.tolist()
+    req = {k: np.asarray(v, dtype=object if k == "replica" else None) for k, v in cols.items()}
+    req["replica_concurrency"] = req["replica_concurrency"].astype(np.int32)
+    steps = {k: np.asarray([]) for k in ("replica", "step_id", "step_ms", "decode_seqs",
+                                         "prefill_tokens", "start_s")}
+    steps["replica"] = steps["replica"].astype(object)
+    return Observations(list(replicas), req, steps, "-- requests", "-- steps")
