@@ -71,7 +71,8 @@ def analyse_pairs(n: int, pairs: list[Pair], times: np.ndarray, threshold: float
     ref = without if rank is not None else list(range(len(pairs)))
     cmps: dict[Pair, Comparison] = {}
     for k, p in enumerate(pairs):
-        others = [j for j in ref if j != k]
+        # the reference pair itself (3 ranks: one pair without the rank) is judged against the rest
+        others = [j for j in ref if j != k] or [j for j in range(len(pairs)) if j != k]
         cmps[p] = compare(times[k], np.median(times[others], axis=0), threshold)
     slow = [p for p, c in cmps.items() if c.verdict == "a_slower"]
     unclear = [p for p, c in cmps.items() if c.verdict == "unclear"]
