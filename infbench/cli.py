@@ -46,6 +46,8 @@ COMMANDS = [
          "Engine configurations: capture, diff ranked by impact, bisect by measurement."),
     Lazy("metrics", f"{_C}.metrics", "app",
          "Server-side metrics: pull a run's window from Prometheus into the store."),
+    Lazy("probe", f"{_C}.probe", "app",
+         "Probe the hardware under a server: GPU telemetry through NVML."),
 ]
 
 app = typer.Typer(
