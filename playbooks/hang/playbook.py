@@ -109,8 +109,7 @@ def _group(diag: Diagnosis, g: GroupProgress, cid: str, waits: dict, progress_sq
         checks.append(f"group {pg}: the analyzer's checks (type, sizes, dtypes) pass on every "
                       "sequence id all dumps hold")
     mismatch_at_stuck = any(m.seq == g.stuck_seq for m in mismatches)
-    if g.undumped and (g.stuck_seq is not None or any(
-            ranks.get(r) is not None and ranks[r].alive is False for r in g.undumped)):
+    if g.undumped:
         diag.findings.append(missing_rank_finding(g, ranks, ranks_sql))
     if g.stuck_seq is None or mismatch_at_stuck:
         return
