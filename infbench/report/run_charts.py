@@ -9,6 +9,7 @@ import duckdb
 import numpy as np
 
 from infbench.report.charts import Axis, Chart, Series, histogram, peaks
+from infbench.report.link_charts import run_link_charts
 from infbench.store.runs import RunRow
 
 TIME = Axis("time since run start", "s")
@@ -148,4 +149,4 @@ def engine_steps(con: duckdb.DuckDBPyConnection, run: RunRow) -> list[Chart]:
 def run_charts(con: duckdb.DuckDBPyConnection, run: RunRow) -> list[Chart]:
     rid, s = run.run_id, run.summary or {}
     return [*distributions(con, rid, s), timeline(con, rid), throughput(con, rid), concurrency(con, rid),
-            client_health(con, rid), *server(con, rid), *engine_steps(con, run)]
+            client_health(con, rid), *server(con, rid), *engine_steps(con, run), *run_link_charts(con, rid)]

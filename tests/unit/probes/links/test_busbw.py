@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from probes.links.busbw import algbw_gbps, bus_factor, busbw_gbps, canonical_op, message_elements, ranks_from_ratio
+from probes.links.busbw import (
+    algbw_gbps,
+    bus_factor,
+    busbw_gbps,
+    canonical_op,
+    message_elements,
+    ranks_from_ratio,
+)
 
 
 @pytest.mark.parametrize(("op", "n", "factor"), [
