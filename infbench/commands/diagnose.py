@@ -287,14 +287,15 @@ def memory(
     sweep_id = None
     if test_cap:
         try:
-            sweep_id = _cap_sweep(db, run_id, url, cap_duration)
+            # The run is named once: the sweep's own runs become the store's 'last'.
+            run_id, sweep_id = _cap_sweep(db, run_id, url, cap_duration)
         except (PreflightError, StoreError, ValueError) as exc:
             raise _fail(str(exc).splitlines()[0]) from None
     _run_playbook(lambda con: diagnose_memory(con, run_id, MemoryOptions(cap_sweep_id=sweep_id)),
                   db, save, json_out, sql, report_hint=True)
 
 
-def _cap_sweep(db: Path, run_ref: str, url: str | None, duration: float) -> str | None:
+def _cap_sweep(db: Path, run_ref: str, url: str | None, duration: float) -> tuple[str, str | None]:
     """The cap the memory playbook recommends, and the run's own concurrency, each run for
     `duration` seconds against the target with the run's workload, stored as a sweep (the
     sweep machinery's store and analysis); None when there is nothing to test."""
@@ -307,9 +308,10 @@ def _cap_sweep(db: Path, run_ref: str, url: str | None, duration: float) -> str 
     x = diag.context.get("kv_exhaustion")
     if not x or x["cap"] < 1 or x["observed_concurrency"] <= x["cap"]:
         print_warning("--test-cap: the KV pool did not run out above a cap; nothing to test")
-        return None
+        return diag.run_id, None
     cfg = json.loads(row[0])
     wl_cfg, target_cfg = cfg.get("workload") or {}, cfg.get("target") or {}
+    slo = {k: float(v) for k, v in (cfg.get("slo_ms") or {}).items()}
     if wl_cfg.get("workload") != "synthetic":
         raise ValueError(f"--test-cap: reruns synthetic workloads only (this run's is "
                          f"{wl_cfg.get('workload')!r}); run `infbench sweep --points "
@@ -340,11 +342,11 @@ def _cap_sweep(db: Path, run_ref: str, url: str | None, duration: float) -> str 
             steps_after=target.steps_after,
             scrape_interval_s=float(cfg.get("scrape_interval_s") or 1.0))
         settings.validate()
-        config = resolved_config(settings, wl, target, {}, bundled=False, engine_args=[])
+        config = resolved_config(settings, wl, target, slo, bundled=False, engine_args=[])
         config["sweep"] = {"sweep_id": sweep_id, "point_idx": idx, "kind": "concurrency",
                            "value": conc}
         console.print(f"cap test: concurrency {conc} for {duration:g} s", style="dim", markup=False)
-        result = execute_run(settings, wl, db, config, {}, None)
+        result = execute_run(settings, wl, db, config, slo, None)
         con = open_store(db)
         try:
             add_point(con, sweep_id, idx, result.run_id, "concurrency", conc)
@@ -355,12 +357,12 @@ def _cap_sweep(db: Path, run_ref: str, url: str | None, duration: float) -> str 
         pts = [tuple(r) for r in con.execute(
             "SELECT point_idx, run_id, kind, value FROM sweep_points WHERE sweep_id = ? "
             "ORDER BY value, point_idx", [sweep_id]).fetchall()]
-        result = analyse(con, pts, {}, None)  # type: ignore[arg-type]
+        result = analyse(con, pts, slo, None)  # type: ignore[arg-type]
         result["sweep_id"] = sweep_id
         save_result(con, sweep_id, result)
     finally:
         con.close()
-    return sweep_id
+    return diag.run_id, sweep_id
 
 
 @app.command("hang")

@@ -71,7 +71,8 @@ WITH live AS (
   GROUP BY c.request_idx
 )
 SELECT count(*) AS in_flight, coalesce(sum(prompt), 0) AS prompt_tokens,
-       coalesce(sum(generated), 0) AS output_tokens
+       coalesce(sum(generated), 0) AS output_tokens,
+       coalesce(sum(ceil(prompt / $block_size)), 0)::BIGINT AS prompt_blocks
 FROM live LEFT JOIN produced USING (request_idx)
 """
 
@@ -107,6 +108,7 @@ class Exhaustion:
     in_flight: int
     prompt_tokens: int
     output_tokens: int
+    prompt_blocks: int
     block_size: int
     p90_tokens: float
     cap: int
@@ -115,7 +117,9 @@ class Exhaustion:
 
     @property
     def filled_by(self) -> str:
-        return "outputs" if self.output_tokens > self.prompt_tokens else "prompts"
+        """Prompts, when the prompts in flight alone need the whole pool (admission
+        over-committed it); outputs, when the prompts fit and decoding took the rest."""
+        return "prompts" if self.prompt_blocks >= self.blocks_total else "outputs"
 
 
 def find_exhaustion(con: duckdb.DuckDBPyConnection, run_id: str, has_steps: bool) -> Exhaustion | None:
@@ -146,14 +150,16 @@ def find_exhaustion(con: duckdb.DuckDBPyConnection, run_id: str, has_steps: bool
                                          "mean_waiting_after": _r(tot[5]),
                                          "peak_running": tot[4], "peak_blocks_used": tot[2]},
                        tsql, None))
-    ssql, split = fetch_one(con, SPLIT_SQL, run_id=run_id, t_ns=t_ns)
-    ev.append(Evidence("what_filled_it", {"in_flight": int(split[0]), "prompt_tokens": int(split[1]),
-                                          "output_tokens_so_far": int(split[2])}, ssql,
-                       "tokens held by the requests in flight when the pool filled"))
-    dsql, demand = fetch_one(con, DEMAND_SQL, run_id=run_id)
     _, bs = fetch_one(con, BLOCK_SIZE_SQL, run_id=run_id)
     block_size = int(bs[0]) if bs and bs[0] else 16
     blocks = int(tot[1] or 0)
+    ssql, split = fetch_one(con, SPLIT_SQL, run_id=run_id, t_ns=t_ns, block_size=block_size)
+    ev.append(Evidence("what_filled_it", {"in_flight": int(split[0]), "prompt_tokens": int(split[1]),
+                                          "prompt_blocks": int(split[3]), "pool_blocks": blocks,
+                                          "output_tokens_so_far": int(split[2])}, ssql,
+                       "tokens held by the requests in flight when the pool filled: if their "
+                       "prompts alone fit the pool, their outputs filled it"))
+    dsql, demand = fetch_one(con, DEMAND_SQL, run_id=run_id)
     p90 = float(demand[0] or 0.0)
     per_request = max(1, math.ceil(p90 / block_size)) if p90 else 1
     cap = max(1, blocks // per_request) if blocks else 0
@@ -164,7 +170,8 @@ def find_exhaustion(con: duckdb.DuckDBPyConnection, run_id: str, has_steps: bool
                        "cap = pool blocks // blocks a p90 request holds at its last token"))
     return Exhaustion(t_ns, blocks, int(tot[4] or 0), int(tot[3] or 0), int(tot[7] or 0),
                       _f(tot[6]), _f(tot[5]), int(split[0]), int(split[1]), int(split[2]),
-                      block_size, p90, cap, int(demand[4]) if demand[4] is not None else None, ev)
+                      int(split[3]), block_size, p90, cap,
+                      int(demand[4]) if demand[4] is not None else None, ev)
 
 
 def _f(x: Any) -> float | None:
@@ -182,7 +189,11 @@ SELECT p.value::INTEGER AS concurrency, p.run_id,
        (SELECT avg(num_waiting) FROM memory_samples m WHERE m.run_id = p.run_id) AS mean_waiting,
        (SELECT quantile_cont(ttft_ms, 0.9) FROM request_latency l
         WHERE l.run_id = p.run_id AND l.error_class IS NULL) AS ttft_p90_ms,
-       (SELECT sum(output_tokens) / ((max(end_ns) - min(send_ns)) / 1e9) FROM requests q
+       (SELECT sum(q.output_tokens) FILTER (WHERE l.ttft_intended_ms <= $ttft
+                                              AND coalesce(l.tpot_ms, 0) <= $tpot
+                                              AND l.e2e_intended_ms <= $e2el)
+               / ((max(q.end_ns) - min(q.send_ns)) / 1e9)
+        FROM requests q JOIN request_latency l USING (run_id, request_idx)
         WHERE q.run_id = p.run_id AND q.error_class IS NULL) AS output_tok_per_s,
        (SELECT count(*) FROM requests q WHERE q.run_id = p.run_id AND q.error_class IS NULL) AS ok
 FROM sweep_points p
@@ -191,10 +202,17 @@ ORDER BY p.value
 """
 
 
-def cap_test(con: duckdb.DuckDBPyConnection, sweep_id: str, cap: int) -> tuple[dict[str, Any], Evidence]:
+NO_LIMIT = 1e18
+
+
+def cap_test(con: duckdb.DuckDBPyConnection, sweep_id: str, cap: int,
+             slo_ms: dict[str, float]) -> tuple[dict[str, Any], Evidence]:
     """The cap against the other points of the short sweep the command ran: preemptions,
-    queueing (waiting requests, p90 TTFT) and goodput (output tokens/s of good requests)."""
-    sql, rows = fetch(con, CAP_TEST_SQL, sweep_id=sweep_id)
+    queueing (waiting requests, p90 TTFT) and goodput (output tokens/s of the requests that
+    met the diagnosed run's SLO; of every good request when it had none)."""
+    sql, rows = fetch(con, CAP_TEST_SQL, sweep_id=sweep_id,
+                      ttft=float(slo_ms.get("ttft", NO_LIMIT)), tpot=float(slo_ms.get("tpot", NO_LIMIT)),
+                      e2el=float(slo_ms.get("e2el", NO_LIMIT)))
     points = {int(r[0]): {"run_id": r[1], "preemptions": int(r[2] or 0), "mean_waiting": _r(r[3]),
                           "ttft_p90_ms": _r(r[4]), "output_tok_per_s": _r(r[5]), "ok": int(r[6] or 0)}
               for r in rows}
@@ -212,7 +230,9 @@ def cap_test(con: duckdb.DuckDBPyConnection, sweep_id: str, cap: int) -> tuple[d
               for c, p in points.items()}
     return ({"sweep_id": sweep_id, "cap": cap, "verdict": verdict, "points": points},
             Evidence("cap_tested_by_sweep", {**values, "verdict": verdict}, sql,
-                     "a short closed-loop sweep at the cap and above it, same workload"))
+                     "a short closed-loop sweep at the cap and above it, same workload; goodput: "
+                     + (f"tokens/s of requests meeting the run's SLO {slo_ms}" if slo_ms
+                        else "the run had no SLO, so every good request's tokens/s")))
 
 
 def exhaustion_finding(x: Exhaustion, test: tuple[dict[str, Any], Evidence] | None) -> Finding:
@@ -244,6 +264,6 @@ def exhaustion_finding(x: Exhaustion, test: tuple[dict[str, Any], Evidence] | No
         "critical" if x.preemptions_after > 10 else "warning",
         f"The pool ({x.blocks_total:,} blocks) filled at {x.t_ns / 1e9:.1f} s with {x.in_flight} "
         f"requests in flight; {x.preemptions_after:,} preemption(s) followed. {x.filled_by.capitalize()} "
-        f"filled it: {x.output_tokens:,} generated vs {x.prompt_tokens:,} prompt tokens held "
-        f"({share:.0%} outputs). The pool holds {x.cap} such requests at once; the run had up to "
+        f"filled it: the prompts in flight needed {x.prompt_blocks:,} blocks, and "
+        f"{x.output_tokens:,} generated tokens ({share:.0%} of the tokens held) took the rest. The pool holds {x.cap} such requests at once; the run had up to "
         f"{above}.", evidence, actions)

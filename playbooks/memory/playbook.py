@@ -77,7 +77,8 @@ def diagnose_memory(con: duckdb.DuckDBPyConnection, run_ref: str,
             "prompt_tokens": x.prompt_tokens, "output_tokens": x.output_tokens, "cap": x.cap,
             "observed_concurrency": x.client_concurrency or x.peak_running,
             "peak_running": x.peak_running}
-        test = cap_test(con, opts.cap_sweep_id, x.cap) if opts.cap_sweep_id else None
+        slo = {k: float(v) for k, v in (ctx.config.get("slo_ms") or {}).items()}
+        test = cap_test(con, opts.cap_sweep_id, x.cap, slo) if opts.cap_sweep_id else None
         if test is not None:
             diag.context["cap_test"] = test[0]
         diag.findings.append(exhaustion_finding(x, test))
