@@ -10,7 +10,8 @@ Three ways in:
   from a folder (`dumps=`).
 - `capture_dumps(DIR)`: a folder someone saved: Flight Recorder dumps named `<prefix><rank>`
   (`rank_0`, `nccl_trace_rank_3`, as PyTorch names them) and optional stacks
-  `stacks_<rank>.json` (py-spy --json) or `stacks_<rank>.txt` (faulthandler).
+  `stacks_<rank>.json` (py-spy --json) or `stacks_<rank>.txt` / `stacks_rank_<rank>`
+  (faulthandler, as the bundled engine appends on SIGUSR2).
 
 A dump that is a hostile or broken pickle stops the capture (CaptureError, one line); a rank
 whose dump or stacks are missing is kept with the reason, since a missing rank is evidence.
@@ -43,7 +44,7 @@ from probes.hang.stacks import (
 HTTP_TIMEOUT_S = 10.0
 DUMP_WAIT_S = 15.0
 _DUMP_NAME = re.compile(r"^(?!stacks)([A-Za-z_\-.]*?)(\d+)$")
-_STACKS_NAME = re.compile(r"^stacks[_\-]?(?:rank[_\-]?)?(\d+)\.(json|txt)$")
+_STACKS_NAME = re.compile(r"^stacks[_\-]?(?:rank[_\-]?)?(\d+)(?:\.(json|txt))?$")
 
 
 def _http(url: str, method: str = "GET") -> Any:

@@ -84,26 +84,36 @@ def parse_pyspy_json(text: str) -> list[Thread]:
 
 
 def parse_faulthandler(text: str) -> list[Thread]:
-    threads: list[Thread] = []
+    """Threads of a faulthandler dump. A file a process appends to on every signal holds
+    several dumps one after the other; a thread's later block replaces its earlier one, so
+    each thread comes back as it was in the latest dump."""
+    threads: dict[str, Thread] = {}
+    current: Thread | None = None
     for line in text.splitlines():
         m = _FH_THREAD.match(line)
         if m:
-            threads.append(Thread(thread_id=str(int(m.group(2), 16)), os_thread_id=None,
-                                  name=m.group(3) or ("current" if m.group(1) == "Current thread" else None),
-                                  active=None, owns_gil=m.group(1) == "Current thread"))
+            tid = str(int(m.group(2), 16))
+            current = Thread(thread_id=tid, os_thread_id=None,
+                             name=m.group(3) or ("current" if m.group(1) == "Current thread" else None),
+                             active=None, owns_gil=m.group(1) == "Current thread")
+            threads.pop(tid, None)
+            threads[tid] = current
             continue
         f = _FH_FRAME.match(line)
-        if f and threads:
-            threads[-1].frames.append(Frame(f.group(3), f.group(1), int(f.group(2))))
+        if f and current is not None:
+            current.frames.append(Frame(f.group(3), f.group(1), int(f.group(2))))
     if not threads:
         raise ValueError("no 'Thread 0x... (most recent call first):' block")
-    return threads
+    return list(threads.values())
 
 
-def read_stacks_file(path: Path) -> Stacks:
-    """A saved py-spy JSON dump or faulthandler text; status failed with the reason if neither."""
+def read_stacks_file(path: Path, offset: int = 0) -> Stacks:
+    """A saved py-spy JSON dump or faulthandler text (from byte `offset`: what a process
+    appended since); status failed with the reason if neither."""
     try:
-        text = path.read_text(errors="replace")
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
     except OSError as exc:
         return Stacks("failed", "file", error=f"{path}: cannot read it ({exc.strerror or exc})")
     at = int(path.stat().st_mtime_ns)
@@ -160,6 +170,7 @@ def faulthandler_via_signal(pid: int, path: Path, signum: int, timeout_s: float 
     """Ask a process that registered `faulthandler.register(signum, file=path)` for its stacks.
     Only used where the engine said it registered (a signal it did not register could kill it)."""
     before = path.stat().st_mtime_ns if path.exists() else -1
+    offset = path.stat().st_size if path.exists() else 0  # the engine appends each dump
     try:
         os.kill(pid, signum)
     except ProcessLookupError:
@@ -170,7 +181,7 @@ def faulthandler_via_signal(pid: int, path: Path, signum: int, timeout_s: float 
     while time.monotonic() < deadline:
         if path.exists() and path.stat().st_mtime_ns != before and path.stat().st_size > 0:
             time.sleep(0.1)  # let the handler finish the write
-            s = read_stacks_file(path)
+            s = read_stacks_file(path, offset)
             s.source = "faulthandler"
             return s
         time.sleep(0.05)
