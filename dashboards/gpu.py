@@ -1,0 +1,92 @@
+"""GPU: dcgm-exporter's series (clocks and their event reasons, power, memory bandwidth
+activity, utilisation, temperature, XIDs), per GPU.
+
+Names as dcgm-exporter's `etc/default-counters.csv` and DCP CSV export them. The clock-event
+mask is read as `DCGM_FI_DEV_CLOCKS_EVENT_REASONS` (field 112 since DCGM 3.3) or, on older
+exporters, `DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`. `DCGM_FI_DEV_MAX_SM_CLOCK` is not in the
+default CSV: add it to the exporter's counters to see the clock against its maximum.
+"""
+
+from __future__ import annotations
+
+from dashboards.common import Spec, Target, Variable, build
+
+V = 'modelName=~"$model", instance=~"$instance", gpu=~"$gpu"'
+BY = "instance, gpu"
+
+VARIABLES = [
+    Variable("model", "GPU model", "label_values(DCGM_FI_DEV_GPU_UTIL, modelName)"),
+    Variable("instance", "Instance",
+             'label_values(DCGM_FI_DEV_GPU_UTIL{modelName=~"$model"}, instance)'),
+    Variable("gpu", "GPU",
+             'label_values(DCGM_FI_DEV_GPU_UTIL{modelName=~"$model", instance=~"$instance"}, gpu)'),
+]
+
+# nvmlClocksEventReason bits (NVML): the values a single reason gives.
+REASONS = {"0": "none", "1": "idle", "2": "app clocks setting", "4": "SW power cap",
+           "8": "HW slowdown", "16": "sync boost", "32": "SW thermal", "64": "HW thermal",
+           "128": "HW power brake", "256": "display clocks"}
+
+CLOCKS = [
+    Spec("SM clock",
+         "SM clock against its maximum. Below max under load (not idle) means the GPU is "
+         "throttled: see the reasons panel, and `infbench diagnose mbu RUN` for what it costs "
+         "in decode bandwidth.",
+         (Target(f"DCGM_FI_DEV_SM_CLOCK{{{V}}}", "{{instance}} GPU {{gpu}}"),
+          Target(f"DCGM_FI_DEV_MAX_SM_CLOCK{{{V}}}", "max {{instance}} GPU {{gpu}}")), "MHz"),
+    Spec("Clock event reasons",
+         "Why clocks are held down (NVML bitmask; a sum of the listed values when several "
+         "apply). Power cap or thermal reasons under load explain slow steps: "
+         "`infbench diagnose mbu RUN` to size the loss, `infbench diagnose stalls RUN` if it "
+         "comes and goes.",
+         (Target(f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{V}}} or "
+                 f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{{V}}}", "{{instance}} GPU {{gpu}}"),),
+         "none", kind="stat", mappings=REASONS),
+    Spec("Power draw",
+         "Watts against the enforced limit. Pinned at the limit while clocks drop is a power "
+         "cap; far below it while busy suggests host-bound steps: `infbench diagnose mbu RUN`.",
+         (Target(f"DCGM_FI_DEV_POWER_USAGE{{{V}}}", "{{instance}} GPU {{gpu}}"),
+          Target(f"DCGM_FI_DEV_POWER_MGMT_LIMIT{{{V}}}", "limit {{instance}} GPU {{gpu}}")),
+         "watt"),
+    Spec("Temperature",
+         "GPU temperature. Near the slowdown threshold with thermal clock reasons means cooling, "
+         "not the software: check the reasons panel, then `infbench diagnose mbu RUN`.",
+         (Target(f"DCGM_FI_DEV_GPU_TEMP{{{V}}}", "{{instance}} GPU {{gpu}}"),), "celsius"),
+]
+
+ACTIVITY = [
+    Spec("Memory bandwidth activity (DRAM active)",
+         "Share of cycles the memory interface is busy: the bandwidth-utilisation proxy for "
+         "decode. Low while decoding large batches means the engine is not memory-bound "
+         "(host overhead, small batches): `infbench diagnose mbu RUN`.",
+         (Target(f"DCGM_FI_PROF_DRAM_ACTIVE{{{V}}}", "{{instance}} GPU {{gpu}}"),),
+         "percentunit"),
+    Spec("GPU and graphics-engine utilisation",
+         "GPU_UTIL counts any kernel running, so 100% is not saturation; GR_ENGINE_ACTIVE is "
+         "the busy share. Gaps to zero during load are stalls: `infbench diagnose stalls RUN`.",
+         (Target(f"DCGM_FI_DEV_GPU_UTIL{{{V}}} / 100", "util {{instance}} GPU {{gpu}}"),
+          Target(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{V}}}", "gr active {{instance}} GPU {{gpu}}")),
+         "percentunit"),
+    Spec("XID errors",
+         "The last XID the driver reported (0: none). Any XID is a hardware or driver event; "
+         "a hang after one: `infbench diagnose hang` with the ranks' dumps.",
+         (Target(f"max by ({BY}) (DCGM_FI_DEV_XID_ERRORS{{{V}}})", "{{instance}} GPU {{gpu}}"),),
+         "none", kind="stat"),
+    Spec("PCIe link",
+         "Current PCIe generation and width against the maximum. A link trained below its "
+         "maximum slows host-device copies (prefill inputs, swaps): `infbench diagnose memory "
+         "RUN` and the engine's startup log.",
+         (Target(f"DCGM_FI_DEV_PCIE_LINK_GEN{{{V}}}", "gen {{instance}} GPU {{gpu}}"),
+          Target(f"DCGM_FI_DEV_PCIE_LINK_WIDTH{{{V}}}", "width {{instance}} GPU {{gpu}}")),
+         "none"),
+]
+
+
+def dashboard():  # type: ignore[no-untyped-def]
+    return build(
+        "infbench-gpu", "GPU (dcgm-exporter)",
+        "Clocks and clock-event reasons, power, memory bandwidth activity, utilisation, "
+        "temperature, XIDs, PCIe link, per GPU. Generated by dashboards/build.py; do not edit "
+        "the JSON.",
+        ["infbench", "gpu", "dcgm"], VARIABLES,
+        [("Clocks and power", CLOCKS), ("Activity and errors", ACTIVITY)])
