@@ -49,7 +49,7 @@ SELECT phase, min(line_no) AS first_line, max(line_no) AS last_line,
 FROM startup_events
 WHERE log_id = $log_id
 GROUP BY phase
-ORDER BY first_line
+ORDER BY first_line, min(seq)
 """
 
 
