@@ -287,7 +287,7 @@ class Runner:
             self._committed += self._turns
         sent = 0
         conversation: int | None = None
-        replica = self._router.pick()  # the session's turns stay on one replica
+        replica: int | None = None  # picked at the first send; the session's turns stay there
         try:
             spec = first if first is not None else next(sess, None)
             intended = first_intended_ns
@@ -295,6 +295,8 @@ class Runner:
                 conversation = spec.conversation_id
                 if spec is not first:
                     await self._sizer.size(spec)
+                if replica is None:  # no await between the pick and the count it changes
+                    replica = self._router.pick()
                 reply = await self._send(spec, intended if intended is not None else time.monotonic_ns(),
                                          replica)
                 sent += 1
@@ -315,7 +317,14 @@ class Runner:
     async def _send(self, spec: RequestSpec, intended_ns: int, replica: int = 0) -> str | None:
         idx = self._next_idx
         self._next_idx += 1  # claimed before waiting, so the stop-by-count check sees it
-        await self._pacer.turn()
+        # Counted on its replica from here, before the pacer's turn, so the next session's
+        # pick (least outstanding) already sees it.
+        conc = self._router.started(replica)
+        try:
+            await self._pacer.turn()
+        except asyncio.CancelledError:
+            self._router.finished(replica)
+            raise
         body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
                           ignore_eos=self.s.ignore_eos, temperature=self.s.temperature)
         pool = self._pools[replica]
@@ -323,7 +332,6 @@ class Runner:
         raw = RawResponse(send_ns=0)
         self.stats.sent += 1
         self.stats.in_flight += 1
-        conc = self._router.started(replica)
         try:
             await stream_post(pool, request, raw, pace=self._pacer.enqueue)
         except asyncio.CancelledError:
