@@ -47,7 +47,8 @@ COMMANDS = [
     Lazy("metrics", f"{_C}.metrics", "app",
          "Server-side metrics: pull a run's window from Prometheus into the store."),
     Lazy("probe", f"{_C}.probe", "app",
-         "Probe the hardware under a server: GPU telemetry through NVML."),
+         "Probe the hardware under a server: GPU telemetry through NVML; collective and "
+         "point-to-point link bandwidth (nccl-tests' busbw), nccl-tests output imported."),
 ]
 
 app = typer.Typer(

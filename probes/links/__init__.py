@@ -8,13 +8,13 @@ algbw and busbw follow nccl-tests (`busbw`), whose text output `nccl_tests.parse
 reads into the same `collectives` table (`storage`). `--inject slow-link:rank=R,factor=F`
 is the lab's fault (`inject`).
 
-torch is imported only by the rank processes (`worker`, `ops`) and to pick the backend.
+torch is imported only by the rank processes (`worker`, `ops`) and, inside `run_probe`, to
+pick the backend: reading nccl-tests output needs no torch. `run_probe` lives in
+`probes.links.launcher`.
 """
 
 from probes.links.errors import LinkProbeError
 from probes.links.inject import SlowLink, parse_inject
-from probes.links.launcher import ProbeResult, run_probe
 from probes.links.plan import ProbeConfig, parse_ops, parse_sizes
 
-__all__ = ["LinkProbeError", "ProbeConfig", "ProbeResult", "SlowLink", "parse_inject", "parse_ops",
-           "parse_sizes", "run_probe"]
+__all__ = ["LinkProbeError", "ProbeConfig", "SlowLink", "parse_inject", "parse_ops", "parse_sizes"]

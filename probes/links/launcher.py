@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from probes.links import worker
 from probes.links.errors import LinkProbeError
 from probes.links.plan import ProbeConfig
 
@@ -63,7 +62,9 @@ def _first_error(out: Path, exitcodes: dict[int, int | None]) -> str:
 
 
 def run_probe(cfg: ProbeConfig) -> ProbeResult:
+    """Run the probe; LinkProbeError (one line) when it cannot, ImportError without torch."""
     cfg.check()
+    from probes.links import worker  # torch: only now, so importing the package needs none
     backend = resolve_backend(cfg.backend, cfg.ranks)
     payload = {**cfg.as_dict(), "backend": backend}
     ctx = mp.get_context("spawn")

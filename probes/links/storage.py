@@ -100,3 +100,30 @@ def pair_table(con: duckdb.DuckDBPyConnection, probe_id: str) -> list[tuple[Any,
         "SELECT src_rank, dst_rank, median(time_us), median(busbw_gbps), count(*) FROM collectives "
         "WHERE probe_id = ? AND phase = 'pairwise' GROUP BY ALL ORDER BY src_rank, dst_rank",
         [probe_id]).fetchall()
+
+
+def get_probe(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, Any]:
+    """A probe by id, unique id prefix, or `last`; KeyError with a one-line reason."""
+    cols = ("probe_id", "run_id", "created_at", "source", "path", "backend", "world_size", "hostname", "config",
+            "verdict", "notes")
+    sel = f"SELECT {', '.join(cols)} FROM link_probes"
+    if ref in ("last", "latest"):
+        rows = con.execute(f"{sel} ORDER BY created_at DESC, probe_id DESC LIMIT 1").fetchall()
+    else:
+        rows = con.execute(f"{sel} WHERE starts_with(probe_id, ?) ORDER BY probe_id", [ref]).fetchall()
+        rows = [r for r in rows if r[0] == ref] or rows
+    if not rows:
+        raise KeyError(f"link probe {ref!r}: no such probe in this store (see `infbench probe list-links`)")
+    if len(rows) > 1:
+        raise KeyError(f"link probe {ref!r}: ambiguous prefix, matches {len(rows)} probes")
+    d = dict(zip(cols, rows[0], strict=True))
+    for k in ("config", "verdict", "notes"):
+        d[k] = json.loads(d[k]) if d[k] else None
+    return d
+
+
+def list_probes(con: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
+    return con.execute(
+        "SELECT p.probe_id, p.created_at, p.source, p.world_size, p.backend, p.run_id, count(c.probe_id) "
+        "FROM link_probes p LEFT JOIN collectives c USING (probe_id) GROUP BY ALL "
+        "ORDER BY p.created_at DESC").fetchall()
