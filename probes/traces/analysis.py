@@ -55,8 +55,10 @@ class Timeline:
         self.trace_id = resolve_trace(con, trace)
         self.table = f"_timeline_{uuid.uuid4().hex[:10]}"
         self._sub = {"tl": self.table}
-        con.execute(self._render(q.EVENTS.replace("{tl}", self.table)))
-        self.events = int(con.execute(f"SELECT count(*) FROM {self.table}").fetchall()[0][0])
+        self._merged: str | None = None  # built on first use by an analysis that needs it
+        # CREATE ... AS answers with its row count: no second statement to count the events.
+        self.events = int(con.execute(
+            self._render(q.EVENTS.replace("{tl}", self.table))).fetchall()[0][0])
         # A CPU-only profile (the torch executor on a CPU) has steps and CPU ops but no GPU
         # events: only `cpu_steps` applies to it.
         self.cpu_only = self.events == 0
@@ -67,6 +69,8 @@ class Timeline:
 
     def close(self) -> None:
         self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
+        if self._merged is not None:
+            self.con.execute(f"DROP TABLE IF EXISTS {self._merged}")
 
     def __enter__(self) -> Timeline:
         return self
@@ -83,18 +87,26 @@ class Timeline:
             sql = sql.replace(f"${k}", lit)
         return sql
 
+    def _merged_table(self) -> str:
+        """The merged busy intervals (HTA's merge_kernel_intervals) of every kernel set the
+        analyses use - all, computation, communication, and per kernel type - built in one
+        statement the first time an analysis needs them and shared by the others (temporal,
+        kernel types and overlap each merged again before: most of their cost on a small
+        trace was planning those window queries, not running them)."""
+        if self._merged is None:
+            name = f"{self.table}_merged"
+            self.con.execute(q.MERGED.replace("{m}", name).replace("{tl}", self.table))
+            self._merged = name
+        return self._merged
+
     def _fill(self, sql: str, **extra: str) -> str:
         t = self.table
-        subs = {
-            "{merged_all}": q.merged(t, "rank"),
-            "{merged_comp}": q.merged(f"(SELECT * FROM {t} WHERE ktype = 'COMPUTATION')", "rank"),
-            "{merged_comm}": q.merged(f"(SELECT * FROM {t} WHERE ktype = 'COMMUNICATION')", "rank"),
-            "{merged_types}": q.merged(
-                f"(SELECT *, {q.TYPE_BITS} AS bit FROM {t} WHERE ktype IN "
-                "('COMPUTATION', 'COMMUNICATION', 'MEMORY'))", "rank, bit"),
-            **extra,
-            "{tl}": t,
-        }
+        subs = dict(extra)
+        if "{merged_" in sql:
+            m = self._merged_table()
+            subs.update({f"{{merged_{s}}}": f"(SELECT rank, bit, ts, e FROM {m} WHERE kset = '{s}')"
+                         for s in ("all", "comp", "comm", "types")})
+        subs["{tl}"] = t
         for k, v in subs.items():
             sql = sql.replace(k, v)
         return sql

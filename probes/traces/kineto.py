@@ -187,20 +187,24 @@ def insert(con: duckdb.DuckDBPyConnection, trace_id: str, rank_hint: int | None,
     params = {"trace_id": _quote(trace_id), "rank": str(int(rank)), "dtype_bytes": _dtype_case()}
     for sql in (*_INSERTS, _COLLECTIVES):
         con.execute(_render(sql, **params).replace("_kineto", table))
-    stats = con.execute(
-        f"""SELECT count(*), min(start_ns) FILTER ({_COMPLETE}),
-                   max(start_ns + dur_ns) FILTER ({_COMPLETE}),
-                   bool_or(start_ns % 1000 <> 0)
-            FROM {table}""").fetchall()
-    events, start, end, fractional = stats[0] if stats else (0, None, None, False)
-    skipped = dict(con.execute(
-        f"""SELECT coalesce(cat, ph, '?'), count(*) FROM {table}
-            WHERE NOT ({_COMPLETE} AND (coalesce(stream, -1) <> -1
+    # The file's span, sub-microsecond digits and what was not imported, per category in
+    # one pass (one statement, not two: see importer._transact).
+    groups = con.execute(
+        f"""SELECT coalesce(cat, ph, '?'), count(*),
+                   count(*) FILTER (NOT ({_COMPLETE} AND (coalesce(stream, -1) <> -1
                   OR cat IN ('cpu_op', 'Operator', 'python_function', 'user_annotation',
                              'gpu_user_annotation')
                   OR lower(cat) LIKE '%runtime' OR lower(cat) LIKE '%driver'))
-              AND NOT (ph IN ('i', 'I') AND cat = 'cpu_instant_event')
-            GROUP BY ALL ORDER BY 1""").fetchall())
+              AND NOT (ph IN ('i', 'I') AND cat = 'cpu_instant_event')),
+                   min(start_ns) FILTER ({_COMPLETE}), max(start_ns + dur_ns) FILTER ({_COMPLETE}),
+                   bool_or(start_ns % 1000 <> 0)
+            FROM {table} GROUP BY ALL ORDER BY 1""").fetchall()
+    events = sum(g[1] for g in groups)
+    starts = [g[3] for g in groups if g[3] is not None]
+    ends = [g[4] for g in groups if g[4] is not None]
+    start, end = (min(starts) if starts else None), (max(ends) if ends else None)
+    fractional = any(g[5] for g in groups)
+    skipped = {g[0]: g[2] for g in groups if g[2]}
     base = meta.get("baseTimeNanoseconds")
     rest = {k: v for k, v in meta.items() if k not in ("deviceProperties", "traceEvents")}
     rest["events_not_imported"] = skipped

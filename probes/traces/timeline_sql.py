@@ -237,3 +237,19 @@ SELECT rank, count(*) AS launches, avg(launch_delay_us) AS mean_us,
          AS gpu_shorter_than_launch
 FROM l GROUP BY rank ORDER BY rank
 """
+
+
+# Every merged interval set in one table {m}: kset names the set (all events; COMPUTATION;
+# COMMUNICATION; per kernel type, with the type's bit), so each is merged once per Timeline.
+MERGED = f"""
+CREATE OR REPLACE TEMP TABLE {{m}} AS
+SELECT 'all' AS kset, rank, 0 AS bit, ts, e FROM {merged("{tl}", "rank")}
+UNION ALL
+SELECT 'comp', rank, 1, ts, e FROM {merged("(SELECT * FROM {tl} WHERE ktype = 'COMPUTATION')", "rank")}
+UNION ALL
+SELECT 'comm', rank, 2, ts, e FROM {merged("(SELECT * FROM {tl} WHERE ktype = 'COMMUNICATION')", "rank")}
+UNION ALL
+SELECT 'types', rank, bit, ts, e FROM {merged(
+    "(SELECT *, " + TYPE_BITS + " AS bit FROM {tl} WHERE ktype IN "
+    "('COMPUTATION', 'COMMUNICATION', 'MEMORY'))", "rank, bit")}
+"""
