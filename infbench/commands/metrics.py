@@ -10,6 +10,7 @@ import typer
 
 from infbench.console import make_console, print_error, print_warning
 from infbench.store import StoreError
+from probes.gpu.prometheus import convert_pulled
 from probes.prometheus.client import connect
 from probes.prometheus.pull import pull_into_store
 
@@ -52,12 +53,20 @@ def pull(
     except StoreError as exc:
         print_error(str(exc))
         raise typer.Exit(2) from None
+    gpu_rows = 0
+    if report.families.get("dcgm"):  # dcgm-exporter series -> gpu_samples, one row per GPU per step
+        try:
+            gpu_rows = convert_pulled(db, run)
+        except StoreError as exc:
+            print_error(str(exc))
+            raise typer.Exit(2) from None
     if json_out:
-        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps({**report.as_dict(), "gpu_samples": gpu_rows}, indent=2) + "\n")
     else:
         fams = ", ".join(f"{k} {v}" for k, v in report.families.items() if v) or "none"
         make_console().print(f"{report.status}: {report.series} series, {report.samples} samples "
-                             f"at {report.step_s:g} s steps (series per family: {fams})")
+                             f"at {report.step_s:g} s steps (series per family: {fams})"
+                             + (f"; {gpu_rows} GPU samples" if gpu_rows else ""))
     if report.warning:
         print_warning(report.warning)
     if report.status in ("failed", "empty"):

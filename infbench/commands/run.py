@@ -34,7 +34,10 @@ from infbench.loadgen.workloads.build import DEFAULT_OUTPUT_TOKENS, build_worklo
 from infbench.report.live import live_progress
 from infbench.report.terminal import print_summary
 from infbench.store import StoreError, open_store
+from probes.gpu.prometheus import convert_pulled
 from probes.gpu.run_metrics import gpu_samples_from_run
+from probes.gpu.run_probe import DEFAULT_INTERVAL_S as GPU_INTERVAL_S
+from probes.gpu.run_probe import start_if_asked, store_after_run
 from probes.prometheus.client import connect
 from probes.prometheus.pull import pull_into_store
 
@@ -93,6 +96,8 @@ def run(
     prometheus_insecure: bool = typer.Option(False, "--prometheus-insecure", help="Do not verify --prometheus's TLS certificate."),
     prometheus_timeout: float = typer.Option(10.0, help="Seconds to wait for each --prometheus answer."),
     engine_arg: list[str] = typer.Option([], help="Extra argument for the bundled engine (repeatable)."),
+    gpu_probe: bool = typer.Option(False, "--gpu-probe", help="Sample this host's GPUs through NVML during the run (clocks, throttle reasons, power, temperature, PCIe, ECC, XID) into gpu_samples; needs nvidia-ml-py (infbench[gpu]). Without it or a GPU: one line, and the run goes on."),
+    gpu_interval: float = typer.Option(GPU_INTERVAL_S, help="Seconds between --gpu-probe samples."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (vLLM bench key names) on stdout."),
     quiet: bool = typer.Option(False, help="No progress (by default a live line on a terminal, a line every 5 s on stderr when piped)."),
 ) -> None:
@@ -116,6 +121,8 @@ def run(
             duration = DEFAULT_DURATION_S
         if db.exists() and db.is_dir():
             raise ValueError(f"db: {db} is a directory")
+        if not gpu_interval > 0:
+            raise ValueError(f"gpu-interval: must be > 0 seconds, not {gpu_interval}")
         prom = None if prometheus is None else connect(
             prometheus, token_env=prometheus_token_env, token_file=prometheus_token_file,
             ca_file=prometheus_ca_file, insecure=prometheus_insecure, timeout_s=prometheus_timeout)
@@ -155,7 +162,13 @@ def run(
             for warning in config["workload_warnings"]:  # before the run, not only after it
                 print_warning(warning, console)
             progress = None if quiet else (lambda st, s: live_progress(st, s, console))
-            result = execute_run(settings, wl, db, config, slo_ms, progress)
+            gpu = start_if_asked(gpu_probe, gpu_interval, settings.url,
+                                 lambda line: print_warning(line, console))
+            try:
+                result = execute_run(settings, wl, db, config, slo_ms, progress)
+            finally:
+                if gpu is not None:
+                    gpu.stop()
     except StoreError as exc:
         raise fail(str(exc)) from None
     except PreflightError as exc:
@@ -186,6 +199,12 @@ def run(
                 result.summary["warnings"].append(report.warning)
         except StoreError as exc:
             print_warning(f"Prometheus series were not stored: {exc}", console)
+    try:  # NVML samples (--gpu-probe) and the dcgm series a --prometheus pull brought
+        result.summary["gpu_probe"] = store_after_run(gpu, db, result.run_id)
+        if prom is not None and result.summary.get("prometheus", {}).get("families", {}).get("dcgm"):
+            result.summary["prometheus"]["gpu_samples"] = convert_pulled(db, result.run_id)
+    except (StoreError, ValueError, duckdb.Error) as exc:
+        print_warning(f"GPU telemetry was not stored: {exc}", console)
     summary = result.summary
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")

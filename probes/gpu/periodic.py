@@ -24,6 +24,7 @@ class PeriodicSampler:
         if not interval_s > 0:
             raise ValueError(f"gpu interval: must be > 0 seconds, not {interval_s}")
         self._sample = sample
+        self.interval_s = interval_s
         self._interval_ns = int(interval_s * 1e9)
         self._clock = clock
         self._rows: list[dict[str, Any]] = []

@@ -10,14 +10,16 @@ Owns: the NVML session and the sampling thread, from start() until finish() or c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import duckdb
 
-from infbench.store import create_run, finish_run, new_run_id
+from infbench.store import create_run, finish_run, new_run_id, open_store
 from infbench.store.gpu_samples import insert_gpu_samples
-from probes.gpu.nvml import NvmlSampler, load_nvml
+from probes.gpu.nvml import NvmlSampler, NvmlUnavailable, load_nvml
 from probes.gpu.periodic import PeriodicSampler, to_run_axis
 
 DEFAULT_INTERVAL_S = 1.0
@@ -84,3 +86,30 @@ def store_probe(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], t0_n
     insert_gpu_samples(con, run_id, rows)
     finish_run(con, run_id, status="completed", reason=None)
     return run_id
+
+
+def start_if_asked(enabled: bool, interval_s: float, instance: str | None,
+                   warn: Callable[[str], None], *, nvml: ModuleType | None = None) -> GpuRunProbe | None:
+    """`infbench run --gpu-probe`: the probe, or None after one warning line saying why not
+    (no nvidia-ml-py, no driver, no GPU); the run goes on either way."""
+    if not enabled:
+        return None
+    try:
+        return GpuRunProbe.start(interval_s, instance=instance, nvml=nvml)
+    except NvmlUnavailable as exc:
+        warn(str(exc))
+        return None
+
+
+def store_after_run(probe: GpuRunProbe | None, db: str | Path, run_id: str) -> dict[str, Any] | None:
+    """Store the probe's samples under the finished run; what the summary says about them."""
+    if probe is None:
+        return None
+    con = open_store(db)
+    try:
+        rows = probe.finish(con, run_id)
+    finally:
+        con.close()
+    gpus = len({r.get("gpu") for r in probe.stop()})
+    return {"samples": rows, "gpus": gpus, "interval_s": probe.periodic.interval_s,
+            "errors": list(probe.errors)}
