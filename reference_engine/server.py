@@ -26,9 +26,9 @@ from typing import Any
 
 from aiohttp import web
 
+from reference_engine import debug_routes, protocol
 from reference_engine import metrics as prom
 from reference_engine import metrics_sglang as prom_sglang
-from reference_engine import protocol
 from reference_engine.config import EngineConfig
 from reference_engine.device import exposition as device_exposition
 from reference_engine.engine import Engine
@@ -250,8 +250,9 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    # Answers from the HTTP loop even when the engine thread hangs (as a real engine's does).
-    return web.Response(status=200)
+    # Answers from the HTTP loop even when the engine thread hangs (as a real engine's does);
+    # 503 once a rank's collective watchdog fired or a rank failed (debug_routes.py).
+    return debug_routes.health_response(request.app[ENGINE_KEY])
 
 
 async def metrics_route(request: web.Request) -> web.Response:
@@ -266,6 +267,7 @@ async def metrics_route(request: web.Request) -> web.Response:
                            memory_gauges(engine))
     # The simulated GPUs' telemetry, in dcgm-exporter's names and labels.
     text += device_exposition(engine.device)
+    text += debug_routes.metrics_lines(engine, app[CONFIG_KEY].model_name)
     return web.Response(body=text.encode(), headers={"Content-Type": prom.CONTENT_TYPE})
 
 
@@ -343,4 +345,5 @@ def create_app(engine: Engine, config: EngineConfig) -> web.Application:
     app.router.add_get("/engine/memory", engine_memory)
     app.router.add_post("/start_profile", start_profile)
     app.router.add_post("/stop_profile", stop_profile)
+    debug_routes.add_routes(app, engine)  # /debug/ranks, /debug/flight_recorder/dump
     return app

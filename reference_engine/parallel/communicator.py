@@ -10,6 +10,9 @@ collective would make them see.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,27 +41,32 @@ class Communicator:
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum `tensor` over the ranks in place; returns it."""
-        target = tensor
         if (self.faults.mismatch_at_step == self.step_id
                 and self._mismatched_step != self.step_id):
-            # The mismatch: half the hidden size where the others send all of it.
+            # The mismatch: this rank all-gathers where the others all-reduce. On gloo both
+            # sides then wait for messages that never come (a size mismatch instead can make
+            # gloo terminate the receiving process before anything is dumped).
             self._mismatched_step = self.step_id
-            target = tensor[..., : max(1, tensor.shape[-1] // 2)].contiguous()
-        self._run("all_reduce", target, lambda: dist.all_reduce(target))
-        if target is not tensor:
-            tensor[..., : target.shape[-1]] = target
+            world = len(self.log.ranks)
+            parts = [torch.empty_like(tensor) for _ in range(world)]
+            # Logged as torch's recorder logs it: one output of shape [world, *input].
+            stacked = SimpleNamespace(shape=(world, *tensor.shape), dtype=tensor.dtype)
+            self._run("all_gather", [tensor], [stacked], lambda: dist.all_gather(parts, tensor))
+            return tensor
+        self._run("all_reduce", [tensor], [tensor], lambda: dist.all_reduce(tensor))
         return tensor
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-        self._run("broadcast", tensor, lambda: dist.broadcast(tensor, src))
+        self._run("broadcast", [tensor], [tensor], lambda: dist.broadcast(tensor, src))
         return tensor
 
-    def _run(self, op: str, tensor: torch.Tensor, call: object) -> None:
-        entry = self.log.scheduled(op, [tensor], [tensor], caller_frames(2))
+    def _run(self, op: str, inputs: list[Any], outputs: list[Any],
+             call: Callable[[], object]) -> None:
+        entry = self.log.scheduled(op, inputs, outputs, caller_frames(2))
         self.log.started(entry)
         t0 = time.perf_counter()
         try:
-            call()  # type: ignore[operator]
+            call()
         except Exception as exc:
             self.log.failed(entry)
             raise CollectiveError(f"rank {self.rank}: {entry['profiling_name']} (collective "

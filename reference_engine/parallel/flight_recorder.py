@@ -6,9 +6,10 @@ last_completed_collective}}), `entries` and `comm_lib_version`.
 
 Where torch's own recorder is on (TORCH_FR_BUFFER_SIZE > 0 before the group starts; it
 records gloo in torch 2.13), its entries are the dump's entries, exactly as torch recorded
-them (record ids, frames captured by torch, thread ids), and this engine's log only fills in
-what torch leaves empty on gloo: the state past "scheduled", the discovered start and
-completion times and the duration. That overlay is made only if both logs agree, sequence id
+them (record ids, thread ids, sizes), and this engine's log only fills in what torch leaves
+empty on gloo: the state past "scheduled", the discovered start and completion times and the
+duration, and the Python frames (torch's own stack capture, symbolised, took 3-4 s per dump
+on a busy 2-core host; ours are taken when the collective is issued). That overlay is made only if both logs agree, sequence id
 by sequence id, on the op and sizes; otherwise, or with the recorder off, the entries are
 this engine's own log (collective_log.py), in the same fields.
 
@@ -24,13 +25,14 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from reference_engine.parallel.collective_log import COMPLETED, SCHEDULED, CollectiveLog
+from reference_engine.parallel.collective_log import SCHEDULED, CollectiveLog
 
 log = logging.getLogger("reference_engine.parallel")
 VERSION = "2.10"  # the format version torch 2.13's recorder writes
 _PLAIN = (str, int, float, bool, type(None))
 _OVERLAID = ("state", "time_discovered_started_ns", "time_discovered_completed_ns",
              "duration_ms", "retired")
+_DUMP_STACKS = False  # see the module docstring: frames come from the collective log
 
 
 def dump_path(dump_dir: str | os.PathLike[str], rank: int) -> Path:
@@ -41,7 +43,7 @@ def torch_trace() -> dict[str, Any] | None:
     """torch's own recorder dump of this process, or None where it is unavailable."""
     try:
         from torch._C._distributed_c10d import _dump_fr_trace
-        return pickle.loads(_dump_fr_trace(True, True, False))
+        return pickle.loads(_dump_fr_trace(True, _DUMP_STACKS, False))
     except Exception as exc:  # no recorder in this build, or it refused: use our own log
         log.debug("torch flight recorder unavailable: %s", exc)
         return None
@@ -74,6 +76,7 @@ def build_dump(own: CollectiveLog, trace: dict[str, Any] | None) -> dict[str, An
             for e in theirs:
                 m = by_seq[e["collective_seq_id"]]
                 merged = dict(e)
+                merged.setdefault("frames", m["frames"])
                 if merged.get("state") == SCHEDULED and m["state"] != SCHEDULED:
                     merged.update({k: m[k] for k in _OVERLAID if k in m})
                 entries.append(merged)
@@ -111,6 +114,3 @@ def write_dump(dump: dict[str, Any], path: Path) -> None:
     tmp.write_bytes(pickle.dumps(_plain(dump), protocol=4))
     os.replace(tmp, path)
 
-
-def completed_count(dump: dict[str, Any]) -> int:
-    return sum(1 for e in dump["entries"] if e.get("state") == COMPLETED)

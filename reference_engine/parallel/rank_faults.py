@@ -3,8 +3,8 @@
 `hang:rank=R,at_step=N`: rank R takes step N's work from rank 0 and then enters no
 collective; the others block inside the step's first collective, as behind a rank stuck in a
 kernel or a Python deadlock. `slow-link:rank=R,factor=F`: each collective on rank R lasts F
-times what its transfer took. `mismatch:rank=R,at_step=N`: rank R's first all-reduce of step N
-carries half the hidden size.
+times what its transfer took. `mismatch:rank=R,at_step=N`: rank R issues an all-gather where
+the others issue step N's first all-reduce (op and output size differ at one sequence id).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.executor import ExecutorClosed, StepBatch
 from reference_engine.faults import Faults
 from reference_engine.model import MODEL_PRESETS
+from reference_engine.parallel import stacks
 from reference_engine.parallel.collective_log import CollectiveLog
 from reference_engine.parallel.communicator import CollectiveError, Communicator
 from reference_engine.parallel.flight_recorder import dump_path
@@ -135,6 +136,7 @@ class TPExecutor:
         self.watchdog = Watchdog(0, self.log, config.collective_timeout_s, self._store.port,
                                  config.dump_dir)
         self.watchdog.start()
+        stacks.register(config.dump_dir, 0)
         log.info("tensor parallel: %d ranks on %s (pids %s)", world, self.backend,
                  ", ".join(str(p["pid"]) for p in self.ranks()))
 
@@ -173,8 +175,9 @@ class TPExecutor:
     # -- status (any thread) -------------------------------------------------------------
     def ranks(self) -> list[dict[str, Any]]:
         pids = [os.getpid(), *(p.pid for p in self._procs)]
-        return [{"rank": r, "pid": pid,
-                 "dump": str(dump_path(self.dump_dir, r)) if self.dump_dir else None}
+        d = self.dump_dir
+        return [{"rank": r, "pid": pid, "dump": str(dump_path(d, r)) if d else None,
+                 "stacks": str(stacks.stacks_path(d, r)) if d else None}
                 for r, pid in enumerate(pids)]
 
     def health(self) -> str | None:
@@ -231,6 +234,7 @@ class TPExecutor:
                 conn.send(("stop",))
         self._kill_workers(grace_s=2.0)
         self.watchdog.stop()
+        stacks.unregister(0)
         # Rank 0's thread may be inside a collective: with the peers gone it fails at once.
         deadline = time.monotonic() + 5.0
         while self.log.in_flight() is not None and time.monotonic() < deadline:

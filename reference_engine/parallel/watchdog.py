@@ -105,7 +105,7 @@ class Watchdog:
                     self._on_lost()
                 return
             with self._lock:
-                self.timeouts_anywhere = seen
+                self.timeouts_anywhere = max(self.timeouts_anywhere, seen)
 
     def _check_in_flight(self, store: dist.TCPStore) -> None:
         current = self.log.in_flight()
@@ -122,6 +122,7 @@ class Watchdog:
                   entry["collective_seq_id"], age, self.timeout_s)
         with self._lock:
             self.timeouts_here += 1
+            self.timeouts_anywhere = max(self.timeouts_anywhere, self.timeouts_here)
             self.last_trip = trip
         store.add(TIMEOUTS, 1)
         store.add(DUMP_REQUESTS, 1)  # every rank dumps, this one on its next poll

@@ -79,6 +79,7 @@ def worker_main(spec: WorkerSpec, conn: Connection, parent_pid: int) -> None:
 
     from reference_engine.faults import Faults
     from reference_engine.model import MODEL_PRESETS
+    from reference_engine.parallel import stacks
     from reference_engine.parallel.collective_log import CollectiveLog
     from reference_engine.parallel.communicator import CollectiveError, Communicator
     from reference_engine.parallel.rank_faults import for_rank
@@ -103,6 +104,7 @@ def worker_main(spec: WorkerSpec, conn: Connection, parent_pid: int) -> None:
     watchdog = Watchdog(spec.rank, clog, spec.collective_timeout_s, spec.store_port,
                         spec.dump_dir, on_lost=lambda: os._exit(3))
     watchdog.start()
+    stacks.register(spec.dump_dir, spec.rank)
     conn.send(("ready", os.getpid()))
     stop = threading.Event()
     header = torch.zeros(STEP_HEADER_LEN, dtype=torch.int64)

@@ -1,0 +1,152 @@
+"""Rank faults on real gloo ranks: each changes what it should, and only that.
+
+hang -> the watchdog fires, health turns bad, every rank dumps, and the hung rank never
+enqueued the collective the others are stuck in; mismatch -> the dumps differ in op and
+output size at exactly one sequence id; slow-link -> the ranks' collectives are measurably
+slower than without it. All bounded in time; no rank outlives the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reference_engine.engine import Engine
+from reference_engine.request import SamplingParams
+from tests.unit.reference_engine.parallel.tp_support import PROMPTS, engine, generate, tp_config
+
+
+class PlainOnly(pickle.Unpickler):
+    """What a careful reader does: a dump may name no class at all."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"dump refers to {module}.{name}")
+
+
+def load(path: Path) -> dict[str, Any]:
+    with path.open("rb") as f:
+        return PlainOnly(f).load()
+
+
+def wait_for(cond: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def start_stuck(tmp_path: Path, tp: int, fault: str, timeout_s: float) -> Engine:
+    eng = Engine(tp_config(tp, dump_dir=str(tmp_path), faults=[fault],
+                           collective_timeout_s=timeout_s))
+    eng.start()
+    for i, prompt in enumerate(PROMPTS):
+        eng.add_request(f"r{i}", prompt, SamplingParams(max_tokens=30, temperature=0.0,
+                                                        ignore_eos=True), lambda o: None)
+    return eng
+
+
+def dumps_of(tmp_path: Path, tp: int) -> list[dict[str, Any]]:
+    wait_for(lambda: all((tmp_path / f"rank_{r}").exists() for r in range(tp)), 20,
+             "every rank's dump")
+    return [load(tmp_path / f"rank_{r}") for r in range(tp)]
+
+
+def stop_and_check_clean(eng: Engine) -> None:
+    pids = [r["pid"] for r in eng.executor.ranks()[1:]]
+    t0 = time.monotonic()
+    eng.stop()
+    assert time.monotonic() - t0 < 15
+    assert not eng.is_alive
+    assert not [p for p in pids if Path(f"/proc/{p}").exists()], "ranks outlived the engine"
+
+
+@pytest.mark.parametrize(("tp", "rank", "at_step", "timeout_s"), [(2, 1, 3, 1.5)])
+def test_hang_trips_the_watchdog_and_the_hung_rank_is_behind(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, tp: int, rank: int, at_step: int,
+        timeout_s: float) -> None:
+    caplog.set_level(logging.ERROR, logger="reference_engine.parallel")
+    eng = start_stuck(tmp_path, tp, f"hang:rank={rank},at_step={at_step}", timeout_s)
+    try:
+        wait_for(lambda: eng.health() is not None, 60, "the engine to turn unhealthy")
+        assert "collective watchdog" in (eng.health() or "")
+        dumps = dumps_of(tmp_path, tp)
+        assert eng.stats().num_steps == at_step - 1  # step N never finished
+        m = eng.executor.metrics()
+        assert m["collective_timeouts_total"] >= 1 and m["healthy"] == 0.0
+    finally:
+        stop_and_check_clean(eng)
+    status = [d["pg_status"]["0"] for d in dumps]
+    stuck_seq = status[0]["last_enqueued_collective"]
+    # The others are inside collective k; the hung rank never enqueued it.
+    for r in range(tp):
+        if r != rank:
+            assert status[r]["last_enqueued_collective"] == stuck_seq
+            assert status[r]["last_completed_collective"] == stuck_seq - 1
+    assert status[rank]["last_enqueued_collective"] == stuck_seq - 1
+    assert stuck_seq not in {e["collective_seq_id"] for e in dumps[rank]["entries"]}
+    stuck = next(e for e in dumps[0]["entries"] if e["collective_seq_id"] == stuck_seq)
+    assert stuck["state"] == "started" and stuck["time_discovered_completed_ns"] is None
+    assert stuck["profiling_name"] == "gloo:broadcast"  # step N's header: the first collective
+    lines = [r.getMessage() for r in caplog.records if "collective watchdog" in r.getMessage()]
+    assert lines == [f"collective watchdog: rank 0 timed out in gloo:broadcast (collective seq id "
+                     f"{stuck_seq}) after {lines[0].split('after ')[1].split(' s')[0]} s "
+                     f"(timeout {timeout_s:.1f} s)"]
+
+
+@pytest.mark.parametrize(("tp", "rank", "at_step"), [(2, 1, 2), (4, 3, 4)])
+def test_mismatch_differs_in_op_and_size_at_one_sequence_id(
+        tmp_path: Path, tp: int, rank: int, at_step: int) -> None:
+    eng = start_stuck(tmp_path, tp, f"mismatch:rank={rank},at_step={at_step}", 1.5)
+    try:
+        wait_for(lambda: eng.health() is not None, 90, "the engine to turn unhealthy")
+        dumps = dumps_of(tmp_path, tp)
+    finally:
+        stop_and_check_clean(eng)
+    by_seq = [{e["collective_seq_id"]: e for e in d["entries"]} for d in dumps]
+    common = set.intersection(*(set(s) for s in by_seq))
+    differing = [seq for seq in sorted(common)
+                 if len({(s[seq]["profiling_name"], str(s[seq]["output_sizes"]))
+                         for s in by_seq}) > 1]
+    assert len(differing) == 1, differing
+    seq = differing[0]
+    odd = by_seq[rank][seq]
+    assert odd["profiling_name"] == "gloo:all_gather"
+    assert odd["output_sizes"] == [[tp, *odd["input_sizes"][0]]]
+    for r in range(tp):
+        if r != rank:
+            assert by_seq[r][seq]["profiling_name"] == "gloo:all_reduce"
+            assert by_seq[r][seq]["output_sizes"] == by_seq[r][seq]["input_sizes"]
+        assert by_seq[r][seq]["state"] == "started"  # nobody got out of it
+    # It is step N's first all-reduce: after the header broadcast of step N.
+    assert by_seq[rank][seq - 1]["profiling_name"] == "gloo:broadcast"
+    assert seq - 1 == (at_step - 1) * 5 + 1
+
+
+def _collective_times(config_faults: list[str], tmp_path: Path) -> tuple[float, float, dict[int, list[int]]]:
+    with engine(tp_config(2, dump_dir=str(tmp_path), faults=config_faults)) as eng:
+        out = generate(eng, PROMPTS, max_tokens=16)
+        steps = [r["end"] - r["start"] for r in eng.steps_since(0)]
+        done = eng.executor.request_dump()
+        assert all(d["written"] for d in done)
+    rank1 = load(tmp_path / "rank_1")
+    reduce_ms = [e["duration_ms"] for e in rank1["entries"]
+                 if e["profiling_name"] == "gloo:all_reduce" and e["state"] == "completed"]
+    return statistics.median(steps), statistics.median(reduce_ms), out
+
+
+@pytest.mark.parametrize("factor", [8.0])
+def test_slow_link_slows_the_collectives_and_changes_no_output(tmp_path: Path,
+                                                                factor: float) -> None:
+    base_step, base_reduce, base_out = _collective_times([], tmp_path / "base")
+    slow_step, slow_reduce, slow_out = _collective_times(
+        [f"slow-link:rank=1,factor={factor:g}"], tmp_path / "slow")
+    assert slow_out == base_out
+    # Rank 1's all-reduces last (F-1) x their transfer longer, and the steps wait for them.
+    assert slow_reduce > 2 * base_reduce, (slow_reduce, base_reduce)
+    assert slow_step > 2 * base_step, (slow_step, base_step)
