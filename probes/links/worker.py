@@ -188,8 +188,24 @@ def _run(rank: int, cfg: dict[str, Any], port: int) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this rank when the launcher dies, however it dies (a killed CLI must not
+    leave ranks waiting in a collective until their timeout)."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher was already gone before prctl took effect
+        os._exit(1)
+
+
 def main(rank: int, cfg: dict[str, Any], port: int, out_dir: str) -> None:
     """Entry point of a spawned rank process."""
+    _die_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         result = _run(rank, cfg, port)
