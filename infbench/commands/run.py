@@ -17,6 +17,7 @@ from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
 from infbench.loadgen.arrivals import Arrivals
 from infbench.loadgen.bodies import ENDPOINTS
 from infbench.loadgen.execute import execute_run
+from infbench.loadgen.exposition import bind_socket, parse_bind
 from infbench.loadgen.fleet import Replica, RoutePolicy, parse_replicas, parse_route, read_targets
 from infbench.loadgen.fleet_setup import preflight_fleet
 from infbench.loadgen.lengths import LengthDist
@@ -88,6 +89,7 @@ def run(
     slo: str | None = typer.Option(None, help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2el=5s."),
     metrics_url: str | None = typer.Option(None, help="Prometheus endpoint to scrape (default: URL/metrics if present)."),
     scrape_interval: float = typer.Option(1.0, help="Seconds between /metrics and step-log scrapes."),
+    metrics_port: str | None = typer.Option(None, help="Serve the live run in Prometheus text format at PORT (on 127.0.0.1) or HOST:PORT /metrics: requests, errors by class, TTFT/ITL/e2e histograms, client health (dashboards/infbench-run.json), for watching a soak."),
     prometheus: str | None = typer.Option(None, help="After the run, pull the target's series for its window from this Prometheus (vLLM, SGLang, dcgm-exporter, node; histograms as buckets) into the store; a Prometheus that is down or fails only adds a warning to the summary."),
     prometheus_selector: str | None = typer.Option(None, help="Label matchers choosing the target's series in --prometheus, e.g. 'pod=~\"vllm-.*\"' (default: the scrape target at the run's URL)."),
     prometheus_token_env: str | None = typer.Option(None, help="Environment variable holding --prometheus's bearer token (never stored or printed)."),
@@ -123,6 +125,13 @@ def run(
             raise ValueError(f"db: {db} is a directory")
         if not gpu_interval > 0:
             raise ValueError(f"gpu-interval: must be > 0 seconds, not {gpu_interval}")
+        metrics_bind = None if metrics_port is None else parse_bind(metrics_port)
+        if metrics_bind is not None and metrics_bind[1] != 0:
+            try:  # refused now, before anything is sent, rather than mid-run
+                bind_socket(*metrics_bind).close()
+            except OSError as exc:
+                raise ValueError(f"metrics-port: cannot listen on {metrics_port}: "
+                                 f"{exc.strerror or exc}") from None
         prom = None if prometheus is None else connect(
             prometheus, token_env=prometheus_token_env, token_file=prometheus_token_file,
             ca_file=prometheus_ca_file, insecure=prometheus_insecure, timeout_s=prometheus_timeout)
@@ -153,7 +162,7 @@ def run(
                     ignore_eos=ignore_eos and target.ignore_eos_supported, temperature=temperature,
                     metrics_url=target.metrics_url, steps_url=target.steps_url,
                     steps_after=target.steps_after, scrape_interval_s=scrape_interval,
-                    replicas=replicas, route=policy)
+                    replicas=replicas, route=policy, metrics_bind=metrics_bind)
                 settings.validate()
             except (PreflightError, ValueError) as exc:
                 raise fail(str(exc)) from None

@@ -44,6 +44,8 @@ class RunSettings:
     # Empty: one target at `url`, scraped at metrics_url/steps_url, rows without a replica.
     replicas: list[Replica] = field(default_factory=list)
     route: RoutePolicy = field(default_factory=lambda: RoutePolicy("round-robin"))
+    # Serve the live run in Prometheus text format here (`--metrics-port`); None: not served.
+    metrics_bind: tuple[str, int] | None = None
 
     def validate(self) -> None:
         self.arrivals.validate()

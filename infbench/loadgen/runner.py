@@ -30,6 +30,7 @@ import numpy as np
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
 from infbench.loadgen.calibrate import Counter
 from infbench.loadgen.client import RawResponse, make_pool, stream_post
+from infbench.loadgen.exposition import LiveExposition
 from infbench.loadgen.fleet import Replica, Router
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.memory_ledger import memory_row
@@ -105,6 +106,9 @@ class Runner:
         # (idx, spec, intended_ns, raw, replica index, its concurrency at send).
         self._backlog: deque[tuple[int, RequestSpec, int, RawResponse, int, int]] = deque()
         self._backlog_ready = asyncio.Event()
+        # The live run in Prometheus text format (`--metrics-port`), fed by the recorder.
+        self._expo = (LiveExposition(self.stats, model=settings.model, target=settings.url,
+                                     endpoint=settings.endpoint) if settings.metrics_bind else None)
 
     # -- control -----------------------------------------------------------------------
     def interrupt(self, reason: str) -> None:
@@ -146,6 +150,8 @@ class Runner:
             # client work that would otherwise land in the first requests' TTFT.
             self.t0_ns = time.monotonic_ns()
             self.stats.started_ns = self.t0_ns
+            if self._expo is not None and self.s.metrics_bind is not None:
+                await self._expo.start(*self.s.metrics_bind)
             background.append(asyncio.create_task(self.health.run(self._on_health)))
             scrapers = ScrapeGroup(session, self._replicas, self._headers, self.s.scrape_interval_s,
                                    self.t0_ns, self._on_metrics, self._on_steps, self._fleet)
@@ -170,6 +176,8 @@ class Runner:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            if self._expo is not None:
+                await self._expo.stop()
             for pool in self._pools:
                 await pool.close()
             await session.close()
@@ -409,6 +417,8 @@ class Runner:
         row["replica"] = self._replicas[replica].name if self._fleet else None
         row["replica_concurrency"] = conc
         self._sizer.observe(spec, row["prompt_tokens"])
+        if self._expo is not None:
+            self._expo.observe(p, raw.send_ns, raw.end_ns or None, error_class is None)
         self._requests.append(row)
         st = self.stats
         st.recent_done_ns.append(raw.end_ns or time.monotonic_ns())
