@@ -1,8 +1,9 @@
 """How far each rank got, per process group, and the collective the group is stuck on.
 
 Per rank and group: the last collective it enqueued (the highest `collective_seq_id` in its
-dump) and the last it completed (`pg_status.last_completed_collective` where the dump has
-it, else the highest entry that is `completed` or, on gloo, `retired`). The stuck collective
+dump) and the last it completed: the higher of `pg_status.last_completed_collective` and the
+highest entry that is `completed` or, on gloo, `retired` (gloo's pg_status counter lags
+its entries: measured at 13 with entries up to 18 retired). The stuck collective
 is the first sequence id some rank has not completed: min(last completed) + 1, when any rank
 enqueued it. Ranks that never enqueued it are *behind*: the others wait for them. Ranks
 that enqueued it and did not complete it are *waiting*; how long is the dump's time minus
@@ -30,9 +31,11 @@ WITH e AS (
   GROUP BY rank, pg_name
 )
 SELECT e.pg_name, e.pg_desc, e.rank, e.first_seq, e.last_enqueued,
-       -- pg_status is PyTorch's own counter; entries are the fallback (older dumps)
-       coalesce(s.last_completed, e.last_done, e.first_seq - 1) AS last_completed,
-       s.last_completed IS NOT NULL AS from_pg_status, e.entries
+       -- the higher of PyTorch's own counter and the entries: gloo's pg_status lags (a rank
+       -- with entries 14-18 retired still said 13), and older dumps have no pg_status
+       greatest(coalesce(s.last_completed, -1), coalesce(e.last_done, e.first_seq - 1))
+         AS last_completed,
+       coalesce(s.last_completed >= coalesce(e.last_done, -1), false) AS from_pg_status, e.entries
 FROM e LEFT JOIN hang_pg_status s
   ON s.capture_id = $capture_id AND s.rank = e.rank AND s.pg_key = CAST(e.pg_id AS VARCHAR)
 ORDER BY e.pg_name, e.rank
