@@ -79,6 +79,10 @@ def build_dump(own: CollectiveLog, trace: dict[str, Any] | None) -> dict[str, An
                 merged.setdefault("frames", m["frames"])
                 if merged.get("state") == SCHEDULED and m["state"] != SCHEDULED:
                     merged.update({k: m[k] for k in _OVERLAID if k in m})
+                    # Our "started" is stamped just before the call, torch's "created" inside
+                    # it: a start never precedes its creation.
+                    merged["time_discovered_started_ns"] = max(
+                        merged["time_discovered_started_ns"], merged.get("time_created_ns", 0))
                 entries.append(merged)
             # Our ring may reach past torch's (a smaller TORCH_FR_BUFFER_SIZE): keep the rest.
             seen = {e["collective_seq_id"] for e in theirs}
