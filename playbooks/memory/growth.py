@@ -34,6 +34,23 @@ WHERE run_id = $run_id
 ORDER BY t_ns
 """
 
+# Device memory (NVML / dcgm-exporter samples in gpu_samples, every GPU summed per sample)
+# against the finished-request count of the latest /metrics scrape at or before it.
+DEVICE_SQL = """
+WITH dev AS (
+  SELECT t_ns, sum(mem_used_bytes) AS used
+  FROM gpu_samples
+  WHERE run_id = $run_id AND mem_used_bytes IS NOT NULL
+  GROUP BY t_ns
+), m AS (
+  SELECT t_ns, requests_finished_total FROM memory_samples
+  WHERE run_id = $run_id AND requests_finished_total IS NOT NULL
+)
+SELECT dev.t_ns, m.requests_finished_total AS finished, dev.used
+FROM dev ASOF JOIN m ON dev.t_ns >= m.t_ns
+ORDER BY dev.t_ns
+"""
+
 COMPONENTS_SQL = """
 SELECT regexp_extract(labels, 'component="([^"]*)"', 1) AS component,
        min(value) AS first_bytes, max(value) AS max_bytes, count(*) AS samples
@@ -81,7 +98,7 @@ def load_ledger(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, dict[
     return fetch_numpy(con, LEDGER_SQL, run_id=run_id)
 
 
-def _series(name: str, x: np.ndarray, y: np.ndarray) -> Series | None:
+def _series(name: str, x: np.ndarray, y: np.ndarray, share: float = MATERIAL_SHARE) -> Series | None:
     ok = ~(np.isnan(x) | np.isnan(y))
     x, y = x[ok], y[ok]
     if len(x) < 3:
@@ -89,7 +106,7 @@ def _series(name: str, x: np.ndarray, y: np.ndarray) -> Series | None:
     fit = ols(x, y)
     span = float(x.max() - x.min())
     growth = fit.slope * span if fit is not None else 0.0
-    material = max(MATERIAL_BYTES, MATERIAL_SHARE * float(np.median(y)))
+    material = max(MATERIAL_BYTES, share * float(np.median(y)))
     growing = bool(fit is not None and fit.lo > 0 and growth >= material)
     return Series(name, fit, float(y[0]), float(y[-1]), growth, growing)
 
@@ -107,8 +124,19 @@ def analyse_growth(con: duckdb.DuckDBPyConnection, run_id: str) -> Growth | None
     finished = floats(cols["finished"])
     g = Growth(sql, len(finished), int(np.nanmax(finished) - np.nanmin(finished))
                if np.isfinite(finished).any() else 0, ledger=cols)
-    for name in ("rss", "reserved", "allocated"):
-        s = _series(name, finished, floats(cols[name]))
+    # The allocator's counters are exact (no heap noise): the fixed floor alone decides.
+    for name, share in (("rss", MATERIAL_SHARE), ("reserved", 0.0), ("allocated", 0.0)):
+        s = _series(name, finished, floats(cols[name]), share)
+        if s is not None:
+            g.series.append(s)
+    try:
+        _, dev = fetch_numpy(con, DEVICE_SQL, run_id=run_id)
+    except duckdb.CatalogException:  # a store from before gpu_samples existed
+        dev = {"finished": []}
+    if len(dev["finished"]):
+        # Device memory is mostly the preallocated pool and moves by whole allocations, not
+        # by a heap's noise: the fixed floor alone decides.
+        s = _series("device_used", floats(dev["finished"]), floats(dev["used"]), share=0.0)
         if s is not None:
             g.series.append(s)
     rss = floats(cols["rss"])
