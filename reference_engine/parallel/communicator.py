@@ -67,6 +67,10 @@ class Communicator:
         t0 = time.perf_counter()
         try:
             call()
+            if inputs and getattr(inputs[0], "is_cuda", False):
+                # NCCL returns once the collective is enqueued on the stream; "completed"
+                # (and the watchdog) must mean the transfer really finished.
+                torch.cuda.synchronize(inputs[0].device)
         except Exception as exc:
             self.log.failed(entry)
             raise CollectiveError(f"rank {self.rank}: {entry['profiling_name']} (collective "

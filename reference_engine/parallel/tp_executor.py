@@ -74,7 +74,7 @@ class TPExecutor:
         try:
             check_shardable(model_config, world)
         except ShardingError as exc:
-            raise ConfigError(f"tensor_parallel_size: {exc}") from None
+            raise ConfigError(str(exc)) from None
         check_rank_faults(faults, "torch", world)
         device = resolve_device(config.device)
         dtype = torch.float32

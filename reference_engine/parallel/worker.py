@@ -107,7 +107,8 @@ def worker_main(spec: WorkerSpec, conn: Connection, parent_pid: int) -> None:
     stacks.register(spec.dump_dir, spec.rank)
     conn.send(("ready", os.getpid()))
     stop = threading.Event()
-    header = torch.zeros(STEP_HEADER_LEN, dtype=torch.int64)
+    # On the rank's device: NCCL moves only device tensors.
+    header = torch.zeros(STEP_HEADER_LEN, dtype=torch.int64, device=shard.device)
     try:
         while True:
             try:
