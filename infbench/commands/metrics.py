@@ -17,9 +17,6 @@ from probes.prometheus.pull import pull_into_store
 app = typer.Typer(help="Server-side metrics: pull a run's window from Prometheus into the store.",
                   no_args_is_help=True, add_completion=False)
 
-PULL_EXAMPLE = ("infbench metrics pull last --prometheus http://prometheus:9090 "
-                "--selector 'namespace=\"serving\",pod=~\"vllm-.*\"' --token-env PROM_TOKEN")
-
 
 @app.command("pull")
 def pull(
