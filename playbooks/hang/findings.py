@@ -110,10 +110,14 @@ def mismatch_finding(m: Mismatch, g: GroupProgress | None, waits: dict[int, Wait
     words = KIND_WORDS.get(m.kind, m.kind)
     ref_e = m.entries[m.reference[0]] if m.reference else None
     bad_e = m.entries[m.culprits[0]]
+    ref_seen = m.seen_before.get(m.reference[0], 0) if m.reference else 0
     how = {"majority": "the other ranks agree with each other",
            "novelty": (f"{ranks_text(m.culprits)}'s call never occurred before in this group "
-                       f"while the others' occurred {m.seen_before[m.reference[0]]} times"
-                       if m.reference else ""),
+                       f"while the others' occurred {ref_seen} times"),
+           "novelty_after_1": (f"{ranks_text(m.culprits)}'s call never followed the previous "
+                               f"collective before, while the others' did {ref_seen} times"),
+           "novelty_after_2": (f"{ranks_text(m.culprits)}'s call never followed the previous "
+                               f"two collectives before, while the others' did {ref_seen} times"),
            "reference_rank": ("a tie: both calls are familiar, so the lowest rank is taken as "
                               "the reference, as PyTorch's analyzer does"),
            "all_ranks": "every rank made the same call, which breaks the op's own size rules"}
@@ -131,7 +135,8 @@ def mismatch_finding(m: Mismatch, g: GroupProgress | None, waits: dict[int, Wait
     return Finding(
         "collective_mismatch",
         f"Collective #{m.seq} mismatched: {words} on {ranks_text(m.culprits)}",
-        0.9 if m.how_named in ("majority", "novelty") else 0.6, "critical", summary,
+        0.9 if m.how_named == "majority" or m.how_named.startswith("novelty") else 0.6,
+        "critical", summary,
         [entries_evidence("mismatched_collective", m.entries, stuck_sql),
          Evidence("culprit", {"mismatch": m.kind, "analyzer_name": ANALYZER_NAME[m.kind],
                               "culprit_ranks": ",".join(map(str, m.culprits)),
@@ -140,7 +145,8 @@ def mismatch_finding(m: Mismatch, g: GroupProgress | None, waits: dict[int, Wait
                               **{f"rank{r}_signature_seen_before": n
                                  for r, n in sorted(m.seen_before.items())}},
                   history_sql, "each rank's earlier collectives in this group and how often "
-                  "each call occurred: the call that never occurred before is the odd one"),
+                  "each call occurred; the odd call is the one that never followed the calls "
+                  "before it (or never occurred)"),
          *([wait_evidence(waits, involved, stacks_sql)] if waits else [])],
         [f"Find the code path on {ranks_text(m.culprits)} that issues {bad_e.op}: the frames "
          "in its Flight Recorder entry and its stack point at the call (a shape computed from "

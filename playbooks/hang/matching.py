@@ -17,16 +17,16 @@ in this order; the first check that fails names the mismatch:
 
 This is our own implementation of those rules (it reads the store, not pickles). Who is the
 culprit is ours too: the analyzer blames every rank that differs from the first rank it
-looked at. Here the rank whose collective differs from the majority is named; with a tie
-(two ranks), the one whose collective never occurred before in this group is (a layer's
-all-reduce repeats every step; the faulty call is new); failing that, the lowest rank is
+looked at. Here the rank whose collective differs from the majority is named. With a tie
+(two ranks) the steps' own rhythm decides: an engine repeats the same calls in the same
+order every step, so the faulty call is the one that never followed the two (then one)
+calls before it in this group, or never occurred at all; failing that, the lowest rank is
 taken as the reference, as the analyzer does, and the finding says the call was a tie.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 from playbooks.hang.load import Entry
@@ -97,28 +97,44 @@ class Mismatch:
     culprits: list[int]
     reference: list[int]                 # ranks that agree with the majority / reference
     entries: dict[int, Entry]
-    how_named: str                       # majority | novelty | reference_rank
-    seen_before: dict[int, int]          # per rank: earlier collectives with its signature
+    how_named: str                       # majority | novelty[_after_N] | reference_rank | all_ranks
+    seen_before: dict[int, int]          # per rank: earlier occurrences of its call (in that context)
 
 
-def _culprits(entries: dict[int, Entry], history: Counter) -> tuple[list[int], list[int], str]:
+def _seen(past: list[tuple], sig: tuple, context: int) -> int:
+    """How often `sig` followed the last `context` calls of `past` earlier in `past`."""
+    if context == 0:
+        return sum(1 for p in past if p == sig)
+    if len(past) < context:
+        return 0
+    want = tuple(past[-context:]) + (sig,)
+    n = context + 1
+    return sum(1 for i in range(len(past) - n + 1) if tuple(past[i:i + n]) == want)
+
+
+def _culprits(entries: dict[int, Entry], past: list[tuple]) -> tuple[list[int], list[int], str, dict]:
+    """(culprits, reference ranks, how named, earlier occurrences per rank's call)."""
     by_sig: dict[tuple, list[int]] = {}
     for r, e in sorted(entries.items()):
         by_sig.setdefault(e.signature(), []).append(r)
     groups = sorted(by_sig.values(), key=lambda rs: (-len(rs), rs[0]))
+    seen0 = {r: _seen(past, e.signature(), 0) for r, e in entries.items()}
     if len(groups) == 1:  # every rank issued the same call and it breaks the op's own rules
-        return sorted(entries), [], "all_ranks"
+        return sorted(entries), [], "all_ranks", seen0
     if len(groups[0]) > len(groups[1]):
-        ref = groups[0]
-        return sorted(r for g in groups[1:] for r in g), ref, "majority"
-    seen = {tuple(g): history[entries[g[0]].signature()] for g in groups}
-    familiar = [g for g in groups if seen[tuple(g)] > 0]
-    novel = [g for g in groups if seen[tuple(g)] == 0]
-    if familiar and novel:
-        ref = max(familiar, key=lambda g: (len(g), seen[tuple(g)]))
-        return sorted(r for g in groups if g is not ref for r in g), ref, "novelty"
+        return sorted(r for g in groups[1:] for r in g), groups[0], "majority", seen0
+    # A tie. Steps repeat the same calls in the same order, so the faulty call is the one
+    # that never followed the calls before it (the last two, then the last one, then any).
+    for context in (2, 1, 0):
+        seen = {tuple(g): _seen(past, entries[g[0]].signature(), context) for g in groups}
+        familiar = [g for g in groups if seen[tuple(g)] > 0]
+        if familiar and len(familiar) < len(groups):
+            ref = max(familiar, key=lambda g: (len(g), seen[tuple(g)]))
+            seen_r = {r: seen[tuple(g)] for g in groups for r in g}
+            return (sorted(r for g in groups if g is not ref for r in g), ref,
+                    "novelty" if context == 0 else f"novelty_after_{context}", seen_r)
     ref = next(g for g in groups if min(entries) in g)
-    return sorted(r for g in groups if g is not ref for r in g), ref, "reference_rank"
+    return sorted(r for g in groups if g is not ref for r in g), ref, "reference_rank", seen0
 
 
 def find_mismatches(entries: list[Entry], members: dict[str, list[int]],
@@ -133,7 +149,7 @@ def find_mismatches(entries: list[Entry], members: dict[str, list[int]],
     for pg, ranks in sorted(by_pg.items()):
         group_size = len(members.get(pg) or ranks)
         start = max(min(seqs) for seqs in ranks.values())
-        history: Counter = Counter()
+        past: list[tuple] = []   # the matched calls of this group, in order
         for seq in sorted({s for seqs in ranks.values() for s in seqs if s >= start}):
             at = {r: seqs[seq] for r, seqs in ranks.items() if seq in seqs}
             if len(at) < 2:
@@ -142,14 +158,13 @@ def find_mismatches(entries: list[Entry], members: dict[str, list[int]],
             kinds = [match(at[ref_rank], at[r], group_size) for r in sorted(at) if r != ref_rank]
             bad = [k for k in kinds if k[0] in (TYPE, SIZE, DTYPE)]
             if not bad:
-                history[at[ref_rank].signature()] += 1
+                past.append(at[ref_rank].signature())
                 continue
-            culprits, ref, how = _culprits(at, history)
+            culprits, ref, how, seen = _culprits(at, past)
             kind, detail = (match(at[ref[0]], at[culprits[0]], group_size) if ref
                             else bad[0])
             e0 = at[ref_rank]
-            out.append(Mismatch(pg, e0.pg_desc, seq, kind, detail, culprits, ref, at, how,
-                                {r: history[e.signature()] for r, e in at.items()}))
+            out.append(Mismatch(pg, e0.pg_desc, seq, kind, detail, culprits, ref, at, how, seen))
             if len(out) >= limit:
                 return out
             # Like the analyzer, stop pairing this group after a mismatch: later seq ids

@@ -94,7 +94,18 @@ def test_two_ranks_the_call_never_seen_before_is_the_culprit() -> None:
     # rank 0 is the odd one here: the reference-rank rule would blame rank 1
     entries = _seqs(0, calls + [ev(ins=((4, 17),))]) + _seqs(1, calls + [ev()])
     m, = find_mismatches(entries, {"0": [0, 1]})
-    assert (m.culprits, m.how_named, m.seen_before) == ([0], "novelty", {0: 0, 1: 5})
+    assert (m.culprits, m.how_named, m.seen_before) == ([0], "novelty_after_2", {0: 0, 1: 3})
+
+
+def test_a_familiar_call_out_of_its_place_in_the_step_is_the_culprit() -> None:
+    # each step: broadcast, 2 all-reduces, an all-gather of the same tensor; rank 1 gathers
+    # where the first all-reduce belongs. Both calls occurred before: only the order tells.
+    bc, ar, ag = ev("broadcast", ins=((1,),), dt="Long"), ev(), ev("all_gather", outs=((2, 4, 16),))
+    step = [bc, ar, ar, ag]
+    entries = _seqs(0, step * 4 + [bc, ar]) + _seqs(1, step * 4 + [bc, ag])
+    m, = find_mismatches(entries, {"0": [0, 1]})
+    assert (m.seq, m.kind, m.culprits, m.how_named) == (18, TYPE, [1], "novelty_after_2")
+    assert m.seen_before == {0: 3, 1: 0}  # (all_gather, broadcast) -> all_reduce, per step boundary
 
 
 def test_two_familiar_calls_fall_back_to_the_reference_rank() -> None:

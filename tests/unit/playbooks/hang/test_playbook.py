@@ -55,7 +55,7 @@ def test_real_op_mismatch_names_the_type_and_rank_1(con) -> None:
     culprit = {e.name: e for e in f.evidence}["culprit"].values
     assert culprit["mismatch"] == "collective_type_mismatch"
     assert culprit["analyzer_name"] == "COLLECTIVE_TYPE_MISMATCH"
-    assert culprit["culprit_ranks"] == "1" and culprit["named_by"] == "novelty"
+    assert culprit["culprit_ranks"] == "1" and culprit["named_by"] == "novelty_after_2"
     assert "#19" in f.title and "all_gather" in f.summary
 
 
