@@ -59,7 +59,7 @@ def pull(
             raise typer.Exit(2) from None
     if json_out:
         sys.stdout.write(json.dumps({**report.as_dict(), "gpu_samples": gpu_rows}, indent=2) + "\n")
-    else:
+    elif report.status != "failed":
         fams = ", ".join(f"{k} {v}" for k, v in report.families.items() if v) or "none"
         make_console().print(f"{report.status}: {report.series} series, {report.samples} samples "
                              f"at {report.step_s:g} s steps (series per family: {fams})"
