@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -41,23 +42,66 @@ def _q(db: Path, sql: str, params: list | None = None) -> list[tuple]:
         con.close()
 
 
+def _merge(db: Path, *parts: Path) -> None:
+    """One store holding the runs of several (each run wrote its own file)."""
+    con = duckdb.connect(str(db))
+    try:
+        for i, part in enumerate(parts):
+            con.execute(f"ATTACH '{part}' AS p{i} (READ_ONLY)")
+            for (table,) in con.execute(f"SELECT table_name FROM duckdb_tables() WHERE database_name = 'p{i}' "
+                                        "AND table_name IN ('runs', 'gpu_samples', 'engine_steps')").fetchall():
+                exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                                     "AND table_name = ?", [table]).fetchone()[0]
+                verb = f"INSERT INTO {table} SELECT * FROM" if exists else f"CREATE TABLE {table} AS SELECT * FROM"
+                con.execute(f"{verb} p{i}.{table}")
+    finally:
+        con.close()
+
+
 def _run(engine: EngineProcess, prom: PrometheusServer, db: Path) -> str:
+    # One request at a time: each starts with prefill-only steps, then decode-only ones, so
+    # both kinds of step are measured alone (a mixed step would blur the comparison).
     r = infbench("run", "--url", engine.url, "--db", str(db), "--json", "--quiet",
-                 "--arrival", "closed", "--concurrency", "6", "--num-requests", "36",
-                 "--input-tokens", "uniform:1500:2500", "--output-tokens", "uniform:24:48",
+                 "--arrival", "closed", "--concurrency", "1", "--num-requests", "16",
+                 "--input-tokens", "uniform:1500:2000", "--output-tokens", "uniform:24:48",
                  "--scrape-interval", "0.5", "--prometheus", prom.url)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["prometheus"]["families"]["dcgm"] > 0 and doc["prometheus"]["gpu_samples"] > 0, doc
-    (run_id,) = _q(db, "SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1")[0]
-    return run_id
+    return str(doc["run_id"]) if "run_id" in doc else _q(db, "SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1")[0][0]
+
+
+def _predicted_ratios() -> tuple[float, float]:
+    """What the sim's own model says for the steps this test measures (a 1750-token prefill
+    alone, one sequence decoding at ~1800 tokens of context), with the engine's flags."""
+    from reference_engine.__main__ import build_parser, config_from_args
+    from reference_engine.engine import make_device
+    from reference_engine.executor import SeqWork, StepBatch
+    from reference_engine.faults import Faults
+    from reference_engine.request import SamplingParams
+    from reference_engine.sim_executor import SimExecutor
+    from tests.e2e.engine_process import FAST_FLAGS
+
+    def predict(fault: list[str], batch: StepBatch) -> float:
+        cfg = config_from_args(build_parser().parse_args([*FAST_FLAGS, *fault]))
+        f = Faults(cfg.faults)
+        return SimExecutor(cfg, f.device_factor, f.collective_factor, make_device(cfg, f)).predict(batch)
+
+    pre = StepBatch(1, [SeqWork(0, [65] * 1750, 0, [], True, SamplingParams(), 0)])
+    dec = StepBatch(1, [SeqWork(0, [65], 1800, [], True, SamplingParams(), 5)])
+    hot = ["--fault", THROTTLE]
+    return predict(hot, pre) / predict([], pre), predict(hot, dec) / predict([], dec)
 
 
 def test_thermal_throttle_in_telemetry_and_in_step_times(stack, tmp_path: Path) -> None:
     hot, cool, prom = stack
     db = tmp_path / "g.duckdb"
-    hot_run = _run(hot, prom, db)
-    cool_run = _run(cool, prom, db)
+    # Both runs at once, so a busy neighbour slows both alike (they share this host's cores).
+    with ThreadPoolExecutor(2) as pool:
+        hot_f = pool.submit(_run, hot, prom, tmp_path / "hot.duckdb")
+        cool_f = pool.submit(_run, cool, prom, tmp_path / "cool.duckdb")
+        hot_run, cool_run = hot_f.result(), cool_f.result()
+    _merge(db, tmp_path / "hot.duckdb", tmp_path / "cool.duckdb")
     host, port = hot.host_port
     hot_inst = f"{host}:{port}"
     cool_inst = ":".join(map(str, cool.host_port))
@@ -86,11 +130,18 @@ def test_thermal_throttle_in_telemetry_and_in_step_times(stack, tmp_path: Path) 
         assert v is not None, where
         return float(v)
     prefill_only = "prefill_tokens > 1000 AND decode_seqs = 0"
-    decode_only = "prefill_tokens = 0 AND decode_seqs BETWEEN 4 AND 6"
+    decode_only = "prefill_tokens = 0 AND decode_seqs = 1"
     ratio_prefill = med(hot_run, prefill_only) / med(cool_run, prefill_only)
     ratio_decode = med(hot_run, decode_only) / med(cool_run, decode_only)
-    assert 1.3 < ratio_prefill < 1.6, ratio_prefill
-    assert ratio_decode < 1.2, ratio_decode
+    want_prefill, want_decode = _predicted_ratios()
+    print(f"throttled/healthy median step: prefill {ratio_prefill:.3f} (sim predicts "
+          f"{want_prefill:.3f}), decode {ratio_decode:.3f} (predicts {want_decode:.3f})")
+    # Host time (intake, a late wake-up the next step makes up) adds about the same absolute
+    # time to both engines' steps, pulling the measured ratios toward 1: at least 60% of the
+    # predicted prefill slowdown must show, and decode must stay well below prefill.
+    assert 1 + 0.6 * (want_prefill - 1) < ratio_prefill < want_prefill + 0.15
+    assert ratio_decode < want_decode + 0.06
+    assert ratio_decode < ratio_prefill - 0.1
 
 
 def test_a_second_pull_replaces_the_rows(stack, tmp_path: Path) -> None:
@@ -104,3 +155,17 @@ def test_a_second_pull_replaces_the_rows(stack, tmp_path: Path) -> None:
     assert json.loads(p.stdout)["gpu_samples"] > 0
     (n2, d2), = _q(db, count, [run_id])
     assert n1 == d1 and n2 == d2  # never two rows for one GPU at one instant
+
+
+def test_gpu_probe_without_a_gpu_says_so_once_and_the_run_goes_on(stack, tmp_path: Path) -> None:
+    pytest.importorskip("pynvml")
+    hot, _, _ = stack
+    db = tmp_path / "n.duckdb"
+    r = infbench("run", "--url", hot.url, "--db", str(db), "--json", "--quiet", "--gpu-probe",
+                 "--num-requests", "4", "--input-tokens", "64", "--output-tokens", "8")
+    if json.loads(r.stdout or "{}").get("gpu_probe"):
+        pytest.skip("this host has an NVIDIA GPU: tests/device/gpu_probe_check.py covers it")
+    assert r.returncode == 0, r.stderr
+    probe_lines = [ln for ln in r.stderr.splitlines() if "GPU probe" in ln]
+    assert len(probe_lines) == 1 and "GPU probe off: no NVIDIA driver here" in probe_lines[0]
+    assert json.loads(r.stdout)["completed"] == 4
