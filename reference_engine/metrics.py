@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+# Names outside vLLM's own families carry no colon (Prometheus reserves colons for recording
+# rules; vLLM's names are the one exception kept for compatibility).
 # Bucket edges as vLLM's v1 front end declares them, so dashboards built for vLLM quantise the
 # same way against this engine.
 TTFT_BUCKETS: tuple[float, ...] = (
@@ -195,13 +197,13 @@ def _memory_lines(mem: MemoryGauges, labels: list[tuple[str, str]]) -> list[str]
                     ("num_gpu_blocks", str(mem.num_gpu_blocks))])
     lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
               "# TYPE vllm:cache_config_info gauge", f"vllm:cache_config_info{info} 1.0",
-              "# HELP reference_engine:memory_bytes Bytes the executor set aside at start, "
-              "by component.", "# TYPE reference_engine:memory_bytes gauge"]
+              "# HELP reference_engine_memory_bytes Bytes the executor set aside at start, "
+              "by component.", "# TYPE reference_engine_memory_bytes gauge"]
     for component, value in sorted(mem.components.items()):
-        lines.append(f"reference_engine:memory_bytes"
+        lines.append(f"reference_engine_memory_bytes"
                      f"{_labels([*labels, ('component', component)])} {_fmt(float(value))}")
     for key, value in sorted(mem.allocator.items()):
-        name = f"reference_engine:torch_{key}_bytes"
+        name = f"reference_engine_torch_{key}_bytes"
         lines += [f"# HELP {name} torch CUDA caching allocator: {key} bytes.",
                   f"# TYPE {name} gauge", f"{name}{_labels(labels)} {_fmt(float(value))}"]
     return lines

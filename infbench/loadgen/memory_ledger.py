@@ -13,7 +13,7 @@ without knowing which engine it was:
 | preemptions_total | `vllm:num_preemptions_total` | `sglang:num_retracted_reqs_total` | as vLLM |
 | requests_finished_total | `vllm:request_success_total` (every reason) | `sglang:e2e_request_latency_seconds_count` | as vLLM |
 | process_rss_bytes | `process_resident_memory_bytes` (prometheus_client's process collector) | same | same |
-| allocator_*_bytes | - | - | `reference_engine:torch_allocated_bytes` / `_reserved_bytes` |
+| allocator_*_bytes | - | - | `reference_engine_torch_allocated_bytes` / `_reserved_bytes` |
 
 Series with several label sets (data-parallel engines, several models) are summed.
 """
@@ -34,8 +34,8 @@ _SUM: dict[str, tuple[str, ...]] = {
     "requests_finished_total": ("vllm:request_success_total",
                                 "sglang:e2e_request_latency_seconds_count"),
     "process_rss_bytes": ("process_resident_memory_bytes",),
-    "allocator_allocated_bytes": ("reference_engine:torch_allocated_bytes",),
-    "allocator_reserved_bytes": ("reference_engine:torch_reserved_bytes",),
+    "allocator_allocated_bytes": ("reference_engine_torch_allocated_bytes",),
+    "allocator_reserved_bytes": ("reference_engine_torch_reserved_bytes",),
     "sglang_total": ("sglang:max_total_num_tokens",),
     "sglang_used": ("sglang:num_used_tokens",),
 }

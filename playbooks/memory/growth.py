@@ -55,7 +55,7 @@ COMPONENTS_SQL = """
 SELECT regexp_extract(labels, 'component="([^"]*)"', 1) AS component,
        min(value) AS first_bytes, max(value) AS max_bytes, count(*) AS samples
 FROM metric_samples
-WHERE run_id = $run_id AND name = 'reference_engine:memory_bytes'
+WHERE run_id = $run_id AND name = 'reference_engine_memory_bytes'
 GROUP BY 1
 ORDER BY 1
 """
