@@ -9,6 +9,7 @@ import duckdb
 import numpy as np
 
 from infbench.report.charts import Axis, Chart, Series, histogram, peaks
+from infbench.report.gpu_charts import gpu_charts
 from infbench.report.link_charts import run_link_charts
 from infbench.store.runs import RunRow
 
@@ -149,4 +150,5 @@ def engine_steps(con: duckdb.DuckDBPyConnection, run: RunRow) -> list[Chart]:
 def run_charts(con: duckdb.DuckDBPyConnection, run: RunRow) -> list[Chart]:
     rid, s = run.run_id, run.summary or {}
     return [*distributions(con, rid, s), timeline(con, rid), throughput(con, rid), concurrency(con, rid),
-            client_health(con, rid), *server(con, rid), *engine_steps(con, run), *run_link_charts(con, rid)]
+            client_health(con, rid), *server(con, rid), *engine_steps(con, run), *gpu_charts(con, rid),
+            *run_link_charts(con, rid)]
