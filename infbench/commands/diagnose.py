@@ -59,7 +59,8 @@ def _fail(message: str) -> typer.Exit:
 def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -> None:
     have = ", ".join(k for k, v in diag.data_sources.items() if v) or "nothing"
     missing = ", ".join(k for k, v in diag.data_sources.items() if not v)
-    subject = (f"run [bold]{diag.run_id}[/]" if diag.run_id
+    subject = (f"start-up log [bold]{diag.run_id}[/]" if diag.context.get("log_id") == diag.run_id
+               else f"run [bold]{diag.run_id}[/]" if diag.run_id
                else f"capture [bold]{diag.context.get('capture_id')}[/]")
     console.print(f"[bold]{diag.playbook}[/] playbook on {subject}")
     console.print(f"data used: {have}" + (f"  [dim](missing: {missing})[/]" if missing else ""))

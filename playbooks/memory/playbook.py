@@ -44,6 +44,8 @@ def diagnose_memory(con: duckdb.DuckDBPyConnection, run_ref: str,
                         [ctx.run_id]).fetchone()[0]
     sources = {**ctx.data_sources(), "memory_samples": n_mem > 0}
     diag = Diagnosis("memory", ctx.run_id, sources)
+    diag.context["no_findings"] = ("No findings: no memory series grew with the finished "
+                                   "requests and the KV pool never ran out.")
     if not n_mem:
         diag.notes.append("No memory samples: the target's /metrics was not scraped or exposes "
                           "none of the series infbench/loadgen/memory_ledger.py reads.")
