@@ -63,3 +63,16 @@ def test_real_binding_samples_a_gpu_or_says_why_not() -> None:
         assert rows and all(r["uuid"] and r["sm_clock_max_mhz"] for r in rows)
     finally:
         sampler.close()
+
+
+def test_device_script_runs_and_says_what_it_checked(tmp_path) -> None:  # noqa: ANN001
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[4] / "tests" / "device" / "gpu_probe_check.py"
+    r = subprocess.run([sys.executable, str(script), "--duration", "1", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("NO GPU CHECKED: GPU probe off: ") or "GPU(s) sampled through NVML" in first
