@@ -1,7 +1,10 @@
-"""`infbench diagnose hang --pids ... --dumps DIR` on real torch.distributed (gloo) ranks that
-hang, issue a mismatched collective, or run healthy (tests/support/gloo_ranks.py): the CLI
-names the rank, the stuck sequence id and the frame where rank 0 waits, read by py-spy.
-Every rank process is killed at the end."""
+"""`infbench diagnose hang --pids ... --dumps DIR` on plain torch.distributed (gloo) processes
+that are not the bundled engine (tests/support/gloo_ranks.py, PyTorch's own Flight Recorder
+dumps): rank 1 stops entering collectives; the CLI takes each process's rank from its RANK
+variable (the pids are given out of order), reads the stacks with py-spy, and names rank 1,
+the stuck sequence id and the frame where rank 0 waits. The engine's own faults (hang,
+mismatch, healthy) are tested through --url in test_diagnose_hang_engine.py; both rank
+processes are killed at the end."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150),
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKS = ROOT / "tests" / "support" / "gloo_ranks.py"
-SCENARIOS = ("hang", "mismatch-op", "healthy")
+SCENARIOS = ("hang",)
 
 
 def _free_port() -> int:
@@ -37,7 +40,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[list[int], Path]]]:
-    """All three scenarios at once (2 ranks each), left hung/idle for the capture."""
+    """Two ranks per scenario, left hung for the capture."""
     procs: list[subprocess.Popen] = []
     out: dict[str, tuple[list[int], Path]] = {}
     try:
@@ -95,19 +98,3 @@ def test_hang_names_rank_1_the_stuck_seq_and_where_rank_0_waits(ranks, tmp_path:
     assert ev["where_each_rank_waits"]["rank0_thread"] == "MainThread (flight_recorder_thread)"
     ranks_ctx = {r["rank"]: r for r in diag["context"]["ranks"]}
     assert ranks_ctx[0]["pid"] == pids[0] and ranks_ctx[1]["pid"] == pids[1]
-
-
-def test_op_mismatch_names_the_type_and_rank_1(ranks, tmp_path: Path) -> None:
-    pids, d = ranks["mismatch-op"]
-    diag = _diagnose(pids, d, tmp_path / "s.duckdb")
-    (f,) = diag["findings"]
-    culprit = {e["name"]: e["values"] for e in f["evidence"]}["culprit"]
-    assert (f["verdict"], culprit["mismatch"], culprit["culprit_ranks"]) == (
-        "collective_mismatch", "collective_type_mismatch", "1")
-
-
-def test_healthy_ranks_give_no_finding(ranks, tmp_path: Path) -> None:
-    pids, d = ranks["healthy"]
-    diag = _diagnose(pids, d, tmp_path / "s.duckdb")
-    assert diag["findings"] == []
-    assert all(r["stacks"] == "ok" for r in diag["context"]["ranks"])
