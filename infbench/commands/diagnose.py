@@ -26,7 +26,6 @@ from infbench.loadgen.runner import RunSettings
 from infbench.loadgen.workloads.build import build_workload
 from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
-from infbench.store.runs import get_run
 from infbench.sweep.analysis import analyse
 from infbench.sweep.store import add_point, create_sweep, new_sweep_id, save_result
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
@@ -35,7 +34,7 @@ from playbooks.mbu import MbuOptions, diagnose_mbu
 from playbooks.memory import MemoryOptions, diagnose_memory
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
 from playbooks.startup import StartupOptions, diagnose_startup
-from probes.hang import CaptureError, capture_dumps, capture_pids, capture_url, write_capture
+from probes.hang import CaptureError, capture, store_capture
 from probes.startup_log import StartupLogError, import_startup_log
 
 app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*/*.md).",
@@ -321,6 +320,11 @@ def _cap_sweep(db: Path, run_ref: str, url: str | None, duration: float) -> tupl
     endpoint, model = target_cfg.get("endpoint", "completions"), target_cfg.get("model")
     in_len = LengthDist.parse(wl_cfg["input_tokens"], "input_tokens")
     out_len = LengthDist.parse(wl_cfg["output_tokens"], "output_tokens")
+    try:  # before anything is stored: an unreachable target leaves no empty sweep behind
+        asyncio.run(preflight(base, endpoint, model, None))
+    except PreflightError as exc:
+        raise ValueError(f"--test-cap: {str(exc).splitlines()[0]} (the sweep needs the target "
+                         "up again: start it and pass --url)") from None
     sweep_id = new_sweep_id()
     points = [x["cap"], x["observed_concurrency"]]
     con = open_store(db)
@@ -421,19 +425,10 @@ def hang(
 def _capture_hang(url: str | None, pids: str | None, dumps: Path | None, run: str | None,
                   db: Path, quiet: bool) -> tuple[str, str | None]:
     """Capture every rank, store it (linked to `run`); returns (capture id, run id)."""
-    pid_list: list[int] = []
-    for p in (pids or "").split(","):
-        if p.strip():
-            if not p.strip().isdigit() or int(p) <= 0:
-                raise CaptureError(f"--pids: {p.strip()!r} is not a process id")
-            pid_list.append(int(p))
-    cap = (capture_url(url) if url else capture_pids(pid_list, dumps=dumps) if pids
-           else capture_dumps(dumps))  # type: ignore[arg-type]
+    cap = capture(url, pids, dumps)
     con = open_store(db)
     try:
-        if run is not None:
-            cap.run_id = get_run(con, run).run_id
-        write_capture(con, cap)
+        store_capture(con, cap, run)
     finally:
         con.close()
     if not quiet:
