@@ -6,12 +6,12 @@
 that asks to run code.
 """
 
-from probes.hang.capture import capture_dumps, capture_pids, capture_url
+from probes.hang.capture import capture, capture_dumps, capture_pids, capture_url, parse_pids
 from probes.hang.errors import CaptureError, DumpRefused
 from probes.hang.frdump import FrDump, FrEntry, parse_dump, read_dump
 from probes.hang.model import Capture, RankCapture
-from probes.hang.writer import write_capture
+from probes.hang.writer import store_capture, write_capture
 
 __all__ = ["Capture", "CaptureError", "DumpRefused", "FrDump", "FrEntry", "RankCapture",
-           "capture_dumps", "capture_pids", "capture_url", "parse_dump", "read_dump",
-           "write_capture"]
+           "capture", "capture_dumps", "capture_pids", "capture_url", "parse_dump",
+           "parse_pids", "read_dump", "store_capture", "write_capture"]

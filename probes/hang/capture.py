@@ -261,3 +261,26 @@ def capture_dumps(folder: Path) -> Capture:
         cap.ranks.append(rc)
     cap.world_size = len(cap.ranks)
     return cap
+
+
+def parse_pids(text: str) -> list[int]:
+    """'4211,4212' -> [4211, 4212]; anything else is one line naming the bad item."""
+    out = []
+    for p in (x.strip() for x in text.split(",")):
+        if p:
+            if not p.isdigit() or int(p) <= 0:
+                raise CaptureError(f"--pids: {p!r} is not a process id")
+            out.append(int(p))
+    return out
+
+
+def capture(url: str | None = None, pids: str | None = None,
+            dumps: Path | None = None) -> Capture:
+    """The one way in that was given: an engine URL, pids (with their dumps' folder), a folder."""
+    if url:
+        return capture_url(url)
+    if pids:
+        return capture_pids(parse_pids(pids), dumps=dumps)
+    if dumps is None:
+        raise CaptureError("give an engine URL, process ids or a folder of dumps")
+    return capture_dumps(dumps)

@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from infbench.store import StoreError
+from infbench.store import StoreError, get_run
 from infbench.store.hang_schema import HANG_COLUMNS
 from probes.hang.frdump import FrDump
 from probes.hang.model import Capture
@@ -85,3 +85,10 @@ def write_capture(con: duckdb.DuckDBPyConnection, cap: Capture) -> dict[str, int
         raise StoreError(f"capture {cap.capture_id}: storing it failed: "
                          f"{str(exc).splitlines()[0]}") from exc
     return {t: len(rs) for t, rs in rows.items()}
+
+
+def store_capture(con: duckdb.DuckDBPyConnection, cap: Capture, run: str | None = None) -> None:
+    """Link `cap` to `run` (id, prefix or 'last'; StoreError if none) and store it."""
+    if run is not None:
+        cap.run_id = get_run(con, run).run_id
+    write_capture(con, cap)
