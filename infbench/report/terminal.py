@@ -126,8 +126,8 @@ def _print_fleet(console: Console, fleet: dict[str, Any]) -> None:
     t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1))
     t.caption = "conc: mean requests in flight on the replica when each was sent; latencies in ms"
     t.caption_justify = "left"
-    for c in ("replica", "sent", "share", "fail", "conc", "TTFT50", "TTFT99", "TPOT50",
-              "TPOT99", "E2E99"):
+    for c in ("replica", "sent", "share", "fail", "conc", "TTFT\np50", "TTFT\np99", "TPOT\np50",
+              "TPOT\np99", "E2E\np99"):
         t.add_column(c, justify="left" if c == "replica" else "right", no_wrap=True)
 
     def num(v: Any, fmt: str) -> str:

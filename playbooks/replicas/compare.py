@@ -3,8 +3,10 @@
 Metrics: TTFT against the requests in flight on the replica at send, TPOT against the mean
 in flight over the request's decode, and (with the engine's step log) the duration of an
 engine step against its tokens (decode sequences + prefill tokens; steps with and without
-prefill apart). A replica is *slower* when a metric is at least `min_effect` higher at
-matched load and its interval (Bonferroni over replicas x metrics) excludes no difference;
+prefill apart). A replica is *slower* when TTFT or TPOT, what its users see, is at least
+`min_effect` higher at matched load with an interval (Bonferroni over replicas x metrics)
+above no difference; a slower engine step is named beside them, never alone (a host that
+steals the engine's CPU for a while stretches its logged steps more than its clients notice);
 *busier* when, not slower, it was sent `busier_ratio` times its peers' requests or its
 requests met that many times their load.
 
@@ -23,6 +25,7 @@ from playbooks.replicas.matched import Comparison, compare, z_for
 from playbooks.replicas.observations import Observations
 
 METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "step": "engine step"}
+CLIENT_METRICS = ("ttft", "tpot")
 
 
 @dataclass
@@ -83,9 +86,10 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
     threshold = float(np.log1p(min_effect))
 
     def slower_on(cmps: dict[str, Comparison]) -> list[str]:
-        return [m for m, c in cmps.items()
+        hits = [m for m, c in cmps.items()
                 if c.delta is not None and c.se is not None
-                and c.delta >= threshold and c.delta - z * c.se > 0]
+                and c.delta >= threshold and c.delta - c.quantile(z) * c.se > 0]
+        return hits if any(m in CLIENT_METRICS for m in hits) else []
 
     everyone = {r: [p for p in replicas if p != r] for r in replicas}
     first = _pass(inputs, replicas, everyone)

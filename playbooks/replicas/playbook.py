@@ -241,6 +241,15 @@ def _busier(v: ReplicaVerdict, z: float, obs: Observations, options: ReplicaOpti
     if v.load_ratio is not None:
         parts.append(f"its requests met {v.load_ratio:.2f}x their load (in flight at send)")
     same = ", ".join(f"{METRIC_WORDS[m]} {_ci(c, z)}" for m, c in v.comparisons.items() if c.delta is not None)
+    if not same:  # busier for sure; slower or not, too few requests at shared loads to say
+        return Finding(
+            verdict="replica_busier", title=f"Replica {v.replica} is busier (not compared at equal load)",
+            confidence=0.5, severity="warning",
+            summary=(f"{v.replica} {' and '.join(parts)}. Too few of its requests ran at loads its "
+                     "peers also saw to tell whether it is also slower."),
+            evidence=_cmp_evidence(v, z, obs),
+            next_actions=["Record a longer fleet run (more requests at each load) and diagnose again.",
+                          "Check the load balancer's weights and policy."])
     raw = v.comparisons.get("tpot") or next(iter(v.comparisons.values()))
     raw_txt = ""
     if raw.raw_ratio is not None:

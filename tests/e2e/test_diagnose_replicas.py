@@ -26,7 +26,7 @@ from tests.support.cli import infbench
 pytestmark = pytest.mark.e2e
 
 THROTTLE = ("--fault", "throttle:reason=thermal,sm_clock_mhz=1000")
-LOAD = ("--rate", "30", "--num-requests", "180", "--input-tokens", "uniform:128:512",
+LOAD = ("--rate", "30", "--num-requests", "150", "--input-tokens", "uniform:128:512",
         "--output-tokens", "uniform:16:64", "--seed", "3", "--quiet", "--json")
 
 
@@ -50,6 +50,15 @@ def _fleet_run(db: Path, replicas: dict[str, EngineProcess], *extra: str) -> dic
     return json.loads(r.stdout)
 
 
+@pytest.fixture(scope="module")
+def shared_run(engines: dict[str, EngineProcess], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The healthy share:2,1,1 fleet run, made once: its test and the schedule check use it."""
+    db = tmp_path_factory.mktemp("share") / "share.duckdb"
+    summary = _fleet_run(db, {"x": engines["h1"], "y": engines["h2"], "z": engines["h3"]},
+                         "--route", "share:2,1,1")
+    yield {"db": db, "summary": summary}
+
+
 def _diagnose(db: Path) -> dict:
     r = infbench("diagnose", "replicas", "last", "--db", str(db), "--json", timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -62,8 +71,8 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
     summary = _fleet_run(db, {"a": engines["h1"], "b": engines["h2"], "c": engines["hot"]})
     fleet = summary["fleet"]
     assert [r["name"] for r in fleet["replicas"]] == ["a", "b", "c"]
-    assert [r["requests_sent"] for r in fleet["replicas"]] == [60, 60, 60]  # round robin
-    assert fleet["fleet"]["requests_sent"] == 180
+    assert [r["requests_sent"] for r in fleet["replicas"]] == [50, 50, 50]  # round robin
+    assert fleet["fleet"]["requests_sent"] == 150
     con = open_store(db, read_only=True)
     try:
         per = dict(con.execute("SELECT replica, count(*) FROM requests GROUP BY 1").fetchall())
@@ -73,7 +82,7 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
         steps = dict(con.execute("SELECT replica, count(*) FROM engine_steps GROUP BY 1").fetchall())
     finally:
         con.close()
-    assert per == {"a": 60, "b": 60, "c": 60}
+    assert per == {"a": 50, "b": 50, "c": 50}
     assert conc is not None and conc[0] >= 1
     assert gpu["c"] == pytest.approx(1000, abs=1) and gpu["a"] > 1900  # telemetry per replica
     assert set(steps) == {"a", "b", "c"}
@@ -92,13 +101,10 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
     assert diag["findings"][0]["verdict"] == "replica_slower"  # the slowdown first, then its cause
 
 
-def test_twice_the_load_is_busier_not_slower(engines: dict[str, EngineProcess], tmp_path: Path) -> None:
-    db = tmp_path / "share.duckdb"
-    summary = _fleet_run(db, {"x": engines["h1"], "y": engines["h2"], "z": engines["h3"]},
-                         "--route", "share:2,1,1")
-    sent = [r["requests_sent"] for r in summary["fleet"]["replicas"]]
-    assert sent == [90, 45, 45]
-    diag = _diagnose(db)
+def test_twice_the_load_is_busier_not_slower(shared_run: dict) -> None:
+    sent = [r["requests_sent"] for r in shared_run["summary"]["fleet"]["replicas"]]
+    assert sent == [75, 38, 37]  # 2:1:1 dealt smoothly (a b a c ...; 150 is not a multiple of 4)
+    diag = _diagnose(shared_run["db"])
     assert [f["verdict"] for f in diag["findings"]] == ["replica_busier"]
     assert diag["findings"][0]["title"].startswith("Replica x ")
 
@@ -110,3 +116,50 @@ def test_healthy_fleet_has_no_finding(engines: dict[str, EngineProcess], tmp_pat
     diag = _diagnose(db)
     assert diag["findings"] == [], [f["title"] for f in diag["findings"]]
     assert len(diag["context"]["replicas"]) == 3
+
+
+def test_one_url_run_gets_the_measurement_plan_and_the_fleets_schedule(
+        engines: dict[str, EngineProcess], shared_run: dict, tmp_path: Path) -> None:
+    """Behind one URL the replica of a request is unknown: the plan sends the same workload to
+    each replica as commands. The same seed sends the same schedule and lengths whether to
+    one URL or spread over a fleet (equal workload fingerprints)."""
+    db = tmp_path / "one.duckdb"
+    r = infbench("run", "--url", engines["h1"].url, "--db", str(db), *LOAD, timeout=90)
+    assert r.returncode == 0, r.stderr[-2000:]
+    single = json.loads(r.stdout)
+    assert "fleet" not in single
+    assert shared_run["summary"]["workload_fingerprint"] == single["workload_fingerprint"]
+    con = open_store(db, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM requests WHERE replica IS NOT NULL").fetchone()[0] == 0
+        assert con.execute("SELECT min(replica_concurrency) FROM requests").fetchone()[0] >= 1
+    finally:
+        con.close()
+    r = infbench("diagnose", "replicas", "last", "--db", str(db), "--json", "--replica-url",
+                 "http://10.0.0.7:8000", "--replica-url", "http://10.0.0.8:8000", timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (finding,) = json.loads(r.stdout)["findings"]
+    assert finding["verdict"] == "replicas_unknown"
+    plan = finding["next_actions"]
+    assert plan[0].startswith("infbench run --url r1=http://10.0.0.7:8000 --url r2=http://10.0.0.8:8000 "
+                              "--route round-robin")
+    assert "--rate 30 " in plan[0] and "--num-requests 150 " in plan[0] and "--seed 3" in plan[0]
+    assert plan[1].startswith("infbench diagnose replicas last --db")
+    # one at a time: each replica at half the rate, half the requests, the same seed
+    assert plan[2].count("--rate 15 ") == 2 and plan[2].count("--num-requests 75 ") == 2
+
+
+def test_fleet_flags_are_checked_before_anything_is_sent(tmp_path: Path) -> None:
+    db = tmp_path / "none.duckdb"
+    for args, message in (
+            (("--route", "share:1,1"), "route: routing needs a fleet"),
+            (("--url", "a=http://127.0.0.1:9", "--url", "b=http://127.0.0.1:9", "--route", "share:c=1"),
+             "route: no replica called 'c'"),
+            (("--url", "http://127.0.0.1:9", "--targets", str(tmp_path / "t.txt")),
+             "targets: give the replicas with --url or in --targets, not both"),
+            (("--url", "a=http://127.0.0.1:9", "--url", "b=http://127.0.0.1:9", "--metrics-url",
+              "http://127.0.0.1:9/metrics"), "metrics-url: a fleet scrapes each replica's")):
+        r = infbench("run", *args, "--db", str(db), timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not db.exists()

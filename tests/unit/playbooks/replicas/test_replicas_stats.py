@@ -104,3 +104,33 @@ def test_load_bins_keep_small_loads_apart_and_group_large_ones() -> None:
     b = load_bins(np.array([1, 2, 3, 4, 200, 205, 0]))
     assert len(set(b[:4].tolist())) == 4
     assert b[4] == b[5] and b[6] == -1
+
+
+def _with_steps(obs, rng: np.random.Generator, slow_steps: dict[str, float]):
+    """Add an engine step log: decode steps whose time grows with the batch, per replica."""
+    rows = {k: [] for k in ("replica", "step_id", "step_ms", "decode_seqs", "prefill_tokens", "start_s")}
+    for r in obs.replicas:
+        n = 600
+        batch = rng.integers(1, 12, n)
+        rows["replica"] += [r] * n
+        rows["step_id"] += list(range(n))
+        rows["step_ms"] += (2.0 * (1 + 0.05 * batch) * slow_steps.get(r, 1.0)
+                            * np.exp(rng.normal(0, 0.05, n))).tolist()
+        rows["decode_seqs"] += batch.tolist()
+        rows["prefill_tokens"] += [0] * n
+        rows["start_s"] += np.sort(rng.uniform(0, 20, n)).tolist()
+    obs.steps = {k: np.asarray(v, dtype=object if k == "replica" else None) for k, v in rows.items()}
+    return obs
+
+
+def test_slower_steps_alone_do_not_make_a_replica_slower_but_corroborate() -> None:
+    rng = np.random.default_rng(11)
+    # Steps 40% longer on c while its users see nothing (a host stretching the logged steps).
+    obs = _with_steps(synthetic_fleet(rng, {"a": (1, 1), "b": (1, 1), "c": (1, 1)}, n=150), rng, {"c": 1.4})
+    by, _ = _verdicts(obs)
+    assert by["c"].comparisons["step"].ratio() == pytest.approx(1.4, rel=0.05)
+    assert not any(v.slower for v in by.values())
+    # With its users slower too, the step joins the list of what is slower.
+    obs = _with_steps(synthetic_fleet(rng, {"a": (1, 1), "b": (1, 1), "c": (1, 1.4)}, n=150), rng, {"c": 1.4})
+    by, _ = _verdicts(obs)
+    assert set(by["c"].slower_on) == {"ttft", "tpot", "step"}
