@@ -198,8 +198,9 @@ def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: i
     return Finding(
         "engine_stopped", "Engine stopped emitting tokens (hang)",
         0.95 if stop.confirmed_by_engine or has_steps else 0.8, "critical", summary, evidence, [
-            "next step: the hang playbook, `infbench diagnose hang RUN` (planned, not in this "
-            "release yet); until then, while the engine is still hung:",
+            "next step, while the engine is still hung: the hang playbook, `infbench diagnose "
+            "hang --url URL --run RUN` (multi-rank: the rank behind or mismatched, the stuck "
+            "collective, where each rank waits; runbook playbooks/hang/hang.md); by hand:",
             "py-spy dump --native --pid ENGINE_PID (each worker/rank): the step loop's stack "
             "says what it waits on (a collective, a lock, a CUDA synchronize, a queue)",
             "multi-GPU: NCCL Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "

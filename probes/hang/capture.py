@@ -230,6 +230,8 @@ def _dump_files(folder: Path) -> tuple[dict[int, Path], dict[int, Path]]:
             continue
         s = _STACKS_NAME.match(p.name)
         if s:
+            if p.stat().st_size == 0:  # the engine's SIGUSR2 file before any signal
+                continue
             if int(s.group(1)) in stacks:
                 raise CaptureError(f"--dumps {folder}: two stacks files for rank {s.group(1)}")
             stacks[int(s.group(1))] = p
@@ -260,6 +262,8 @@ def capture_dumps(folder: Path) -> Capture:
             rc.stacks = read_stacks_file(stacks[rank])
         cap.ranks.append(rc)
     cap.world_size = len(cap.ranks)
+    cap.notes.append("waits are measured up to each dump file's modification time (for a "
+                     "copied folder, when it was copied)")
     return cap
 
 
