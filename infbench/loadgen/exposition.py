@@ -21,6 +21,7 @@ import math
 import socket
 import sys
 import time
+from typing import Any
 
 import numpy as np
 from aiohttp import web
@@ -35,6 +36,7 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+FOLD_EVERY = 256  # streams held before their ITL is binned (bounds the memory held)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
@@ -67,8 +69,9 @@ class _Histogram:
 
     def observe_many(self, values: np.ndarray, weights: np.ndarray) -> None:
         idx = np.searchsorted(self._edges, values, side="left")
-        np.add.at(self.counts, idx, weights)
-        self.sum += float(np.dot(values, weights))
+        self.counts += np.bincount(idx, weights=weights, minlength=len(self.counts)).astype(np.int64)
+        # Multiply and sum, not np.dot: dot is ~50x slower here (no BLAS for this shape).
+        self.sum += float((values * weights).sum())
 
     def render(self, labels: list[tuple[str, str]]) -> list[str]:
         out = [f"# HELP {self.name} {self.doc}", f"# TYPE {self.name} histogram"]
@@ -80,20 +83,30 @@ class _Histogram:
         return out
 
 
-def spread_itl(p: ParsedStream) -> tuple[np.ndarray, np.ndarray]:
+def spread_itl(streams: list[tuple[Any, Any, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(gap per event in seconds, events with that gap) for each content read after the
-    first, as the `itl` view spreads them."""
-    content = np.asarray(p.content, dtype=bool)
-    if content.sum() < 2:
+    first of its stream, as the `itl` view spreads them, over many streams in one pass.
+
+    `streams` holds each stream's (t_ns, read_idx, content) columns as the parser left them;
+    events of one read share its arrival stamp."""
+    streams = [s for s in streams if len(s[0])]
+    if not streams:
         return np.empty(0), np.empty(0, dtype=np.int64)
-    reads = np.asarray(p.read_idx)[content]
-    times = np.asarray(p.t_ns, dtype=np.int64)[content]
-    starts = np.flatnonzero(np.r_[True, reads[1:] != reads[:-1]])  # first event of each read
-    if len(starts) < 2:
+    lens = [len(s[0]) for s in streams]
+    content = np.concatenate([np.asarray(s[2], dtype=bool) for s in streams])
+    req = np.repeat(np.arange(len(streams)), lens)[content]
+    reads = np.concatenate([np.asarray(s[1], dtype=np.int64) for s in streams])[content]
+    times = np.concatenate([np.asarray(s[0], dtype=np.int64) for s in streams])[content]
+    if len(reads) < 2:
         return np.empty(0), np.empty(0, dtype=np.int64)
+    # The first event of each (stream, read); the gap before it, if the previous start is
+    # in the same stream, is spread over the events of its read.
+    starts = np.flatnonzero(np.r_[True, (reads[1:] != reads[:-1]) | (req[1:] != req[:-1])])
     n = np.diff(np.r_[starts, len(reads)])
-    gaps = np.diff(times[starts]) / 1e9
-    return gaps / n[1:], n[1:]
+    same = req[starts][1:] == req[starts][:-1]
+    gaps = np.diff(times[starts])[same] / 1e9
+    weights = n[1:][same]
+    return gaps / weights, weights
 
 
 class LiveExposition:
@@ -113,6 +126,7 @@ class LiveExposition:
         self.e2e = _Histogram("infbench_e2e_request_latency_seconds",
                               "Client-side end-to-end latency of successful requests.", E2E_BUCKETS)
         self.output_tokens = 0
+        self._pending: list[tuple[Any, Any, Any]] = []  # streams whose ITL is not binned yet
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
 
@@ -124,12 +138,22 @@ class LiveExposition:
         last = p.last_content_ns if p.last_content_ns is not None else end_ns
         if last is not None:
             self.e2e.observe((last - send_ns) / 1e9)
-        values, weights = spread_itl(p)
-        if len(values):
-            self.itl.observe_many(values, weights)
+        # ITL is binned in batches (at a scrape, or every FOLD_EVERY streams): one
+        # vectorised pass over many streams instead of a dozen small array calls per stream.
+        self._pending.append((p.t_ns, p.read_idx, p.content))
+        if len(self._pending) >= FOLD_EVERY:
+            self._fold()
         self.output_tokens += p.output_tokens[0]
 
+    def _fold(self) -> None:
+        if self._pending:
+            values, weights = spread_itl(self._pending)
+            self._pending = []
+            if len(values):
+                self.itl.observe_many(values, weights)
+
     def render(self) -> str:
+        self._fold()
         st, lab = self.stats, self._labels
         lines: list[str] = []
 
@@ -190,6 +214,7 @@ class LiveExposition:
             self._runner = None
 
     def check_invariants(self) -> None:
+        self._fold()
         for hist in (self.ttft, self.itl, self.e2e):
             assert (hist.counts >= 0).all() and hist.sum >= 0, hist.name
         assert self.ttft.counts.sum() <= self.stats.done, "TTFT observed for more than succeeded"

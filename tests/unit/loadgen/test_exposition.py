@@ -17,7 +17,6 @@ from infbench.loadgen.client import run_timed
 from infbench.loadgen.exposition import ITL_BUCKETS, TTFT_BUCKETS, parse_bind, spread_itl
 from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.runner import Runner, RunSettings
-from infbench.loadgen.sse_events import ParsedStream
 from infbench.loadgen.workloads import Synthetic, TokenModel
 from infbench.store import BatchWriter, create_run, open_store
 from tests.support.process import sse_server
@@ -104,15 +103,17 @@ def test_served_during_the_run_and_equal_to_the_store(tmp_path: Path) -> None:
         urllib.request.urlopen(expo.url, timeout=2)
 
 
-def test_spread_itl_splits_a_reads_gap_over_its_events() -> None:
-    p = ParsedStream()
-    # reads: 0 (one content event), 1 (three events, 30 ms later), 2 (one event, 5 ms later);
-    # a non-content event (usage) in read 3 is ignored.
-    p.content = [True, True, True, True, True, False]
-    p.read_idx = [0, 1, 1, 1, 2, 3]
-    p.t_ns = [0, 30_000_000, 30_000_000, 30_000_000, 35_000_000, 36_000_000]
-    values, weights = spread_itl(p)
-    assert np.allclose(values, [0.010, 0.005]) and list(weights) == [3, 1]
+def test_spread_itl_splits_a_reads_gap_over_its_events_per_stream() -> None:
+    # Stream 1: reads 0 (one content event), 1 (three events, 30 ms later), 2 (one event,
+    # 5 ms later), and a non-content event (usage) in read 3. Stream 2 starts at t = 0 again:
+    # its first read has no gap (not one measured from stream 1's last read).
+    one = ([0, 30_000_000, 30_000_000, 30_000_000, 35_000_000, 36_000_000],
+           [0, 1, 1, 1, 2, 3], [True, True, True, True, True, False])
+    two = (np.array([0, 0, 8_000_000]), np.array([0, 0, 1]), np.array([True, True, True]))
+    empty = ([], [], [])
+    values, weights = spread_itl([one, empty, two])
+    assert np.allclose(values, [0.010, 0.005, 0.008]) and list(weights) == [3, 1, 1]
+    assert spread_itl([empty])[0].size == 0 and spread_itl([([1], [0], [True])])[0].size == 0
 
 
 @pytest.mark.parametrize(("text", "want"), [("9100", ("127.0.0.1", 9100)),
