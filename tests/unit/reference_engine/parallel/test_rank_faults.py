@@ -2,15 +2,14 @@
 
 hang -> the watchdog fires, health turns bad, every rank dumps, and the hung rank never
 enqueued the collective the others are stuck in; mismatch -> the dumps differ in op and
-output size at exactly one sequence id; slow-link -> the ranks' collectives are measurably
-slower than without it. All bounded in time; no rank outlives the engine.
+output size at exactly one sequence id; slow-link -> that rank's collectives are slower by
+its factor. All bounded in time; no rank outlives the engine.
 """
 
 from __future__ import annotations
 
 import logging
 import pickle
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -128,25 +127,37 @@ def test_mismatch_differs_in_op_and_size_at_one_sequence_id(
     assert seq - 1 == (at_step - 1) * 5 + 1
 
 
-def _collective_times(config_faults: list[str], tmp_path: Path) -> tuple[float, float, dict[int, list[int]]]:
+def _collective_times(config_faults: list[str], tmp_path: Path,
+                      ) -> tuple[list[float], dict[int, list[int]]]:
     with engine(tp_config(2, dump_dir=str(tmp_path), faults=config_faults)) as eng:
         out = generate(eng, PROMPTS, max_tokens=16)
-        steps = [r["end"] - r["start"] for r in eng.steps_since(0)]
         done = eng.executor.request_dump()
         assert all(d["written"] for d in done)
     rank1 = load(tmp_path / "rank_1")
     reduce_ms = [e["duration_ms"] for e in rank1["entries"]
                  if e["profiling_name"] == "gloo:all_reduce" and e["state"] == "completed"]
-    return statistics.median(steps), statistics.median(reduce_ms), out
+    return reduce_ms, out
 
 
-@pytest.mark.parametrize("factor", [8.0])
-def test_slow_link_slows_the_collectives_and_changes_no_output(tmp_path: Path,
-                                                                factor: float) -> None:
-    base_step, base_reduce, base_out = _collective_times([], tmp_path / "base")
-    slow_step, slow_reduce, slow_out = _collective_times(
-        [f"slow-link:rank=1,factor={factor:g}"], tmp_path / "slow")
-    assert slow_out == base_out
-    # Rank 1's all-reduces last (F-1) x their transfer longer, and the steps wait for them.
-    assert slow_reduce > 2 * base_reduce, (slow_reduce, base_reduce)
-    assert slow_step > 2 * base_step, (slow_step, base_step)
+def fastest(xs: list[float]) -> float:
+    # A collective's duration is its transfer plus any wait for a later rank, and on a busy
+    # host the waits are long and erratic (medians of 15-120 ms for a 16 KiB all-reduce were
+    # seen at load 15 on 2 cores); noise only adds, so the fastest collective, one rank 1
+    # entered last, is its transfer alone.
+    return min(xs)
+
+
+def test_slow_link_slows_that_ranks_collectives_by_its_factor(tmp_path: Path) -> None:
+    base, base_out = _collective_times([], tmp_path / "base")
+    fastest_at: dict[float, float] = {1.0: fastest(base)}
+    for factor in (3.0, 8.0):
+        slow, out = _collective_times([f"slow-link:rank=1,factor={factor:g}"],
+                                      tmp_path / f"x{factor:g}")
+        assert out == base_out  # slower, never different
+        assert len(slow) == len(base) >= 40
+        fastest_at[factor] = fastest(slow)
+    # Each transfer of rank 1 lasts F times as long: the fastest one F times the baseline's
+    # (at least half that: transfers themselves vary), and a larger F is slower still.
+    assert fastest_at[3.0] > 1.5 * fastest_at[1.0], fastest_at
+    assert fastest_at[8.0] > 4.0 * fastest_at[1.0], fastest_at
+    assert fastest_at[8.0] > fastest_at[3.0], fastest_at
