@@ -201,12 +201,8 @@ class FakeNvml:
         # "present"; "missing": a binding older than the clocks-event rename (no such
         # attribute); "function_not_found": a new binding on a driver without the symbol.
         self.event_reasons = event_reasons
-
-    def __getattribute__(self, name: str) -> Any:
-        if (name == "nvmlDeviceGetCurrentClocksEventReasons"
-                and object.__getattribute__(self, "event_reasons") == "missing"):
-            raise AttributeError(name)
-        return object.__getattribute__(self, name)
+        if event_reasons == "missing":
+            self.__class__ = _OldBinding
 
     # -- helpers -------------------------------------------------------------------------
     def _state(self, name: str, handle: _Handle) -> GpuState:
@@ -367,3 +363,11 @@ class FakeNvml:
     def nvmlEventSetFree(self, eventSet: object) -> None:
         self.calls["nvmlEventSetFree"] += 1
         self.event_sets_open -= 1
+
+
+class _OldBinding(FakeNvml):
+    """nvidia-ml-py before the clocks-event rename: only the Throttle name exists."""
+
+    @property
+    def nvmlDeviceGetCurrentClocksEventReasons(self) -> Any:  # noqa: N802
+        raise AttributeError("nvmlDeviceGetCurrentClocksEventReasons")
