@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import sys
 import threading
 import time
@@ -20,10 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from typer.testing import CliRunner
 
 from infbench.cli import app
+from probes.hang import stacks as stacks_mod
 from probes.hang.stacks import pyspy_path
 from tests.e2e.engine_process import EngineProcess, launch, stop
 
@@ -124,9 +128,41 @@ def test_hang_run_then_diagnose_names_rank_1_the_seq_and_rank_0s_frame(engines, 
     assert shown["run_id"] == diag["run_id"] and shown["findings"][0]["title"] == f["title"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run py-spy as a user ptrace refuses")
+def test_ptrace_refused_falls_back_to_the_engines_faulthandler_stacks(
+        engines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    eng, _ = engines["hang"]  # still hung after the test above (or hangs now)
+    _quiet_in_background(eng)
+    wrapper = tmp_path / "py-spy-as-nobody"
+    wrapper.write_text(f"#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups "
+                       f"{pyspy_path()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(stacks_mod, "pyspy_path", lambda: str(wrapper))
+    deadline = time.monotonic() + 60
+    while eng.request("GET", "/health")[0] == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    r = _cli("diagnose", "hang", "--url", eng.url, "--db", str(tmp_path / "s.duckdb"), "--json")
+    assert r.exit_code == 0, r.output
+    diag = json.loads(r.output)
+    assert [x["stacks"] for x in diag["context"]["ranks"]] == ["ok", "ok"]
+    (f,) = diag["findings"]
+    waits = {e["name"]: e["values"] for e in f["evidence"]}["where_each_rank_waits"]
+    assert waits["rank0_waits_in"].startswith("broadcast (")  # faulthandler: no class names
+    assert waits["rank0_thread"].endswith("(flight_recorder_thread)")
+    con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
+    assert {s for (s,) in con.execute("SELECT stack_source FROM hang_ranks").fetchall()} == {"faulthandler"}
+    con.close()
+
+
+def _quiet_in_background(eng: EngineProcess) -> None:
+    threading.Thread(target=_quiet, args=(eng,), daemon=True).start()
+
+
 def test_mismatch_names_the_type_and_rank_1(engines, tmp_path: Path) -> None:
     eng, _ = engines["mismatch"]
-    threading.Thread(target=_quiet, args=(eng,), daemon=True).start()  # steps to the fault
+    _quiet_in_background(eng)  # steps up to the fault
     deadline = time.monotonic() + 60
     while eng.request("GET", "/health")[0] == 200:
         assert time.monotonic() < deadline, "the mismatch never tripped the watchdog"
