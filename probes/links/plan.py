@@ -85,7 +85,7 @@ class ProbeConfig:
     bisect: bool = True
     bisect_size: int = 1024 ** 2
     threshold: float = 1.5
-    verdict_iters: int = 20        # timed calls per verdict measurement (median call kept)
+    verdict_iters: int = 20        # timed calls per verdict measurement (their 20th percentile kept)
     verdict_repeats: int = 5       # first batch of repeats for a bisection step / the pair matrix
     max_repeats: int = 15          # most repeats before the verdict says it cannot tell
     inject: SlowLink | None = None
