@@ -82,21 +82,25 @@ def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -
         t = Table(show_header=True, box=None, pad_edge=False)
         t.add_column("evidence", style="bold")
         t.add_column("values")
+        # Findings quote what was recorded (file paths, names from dumps, SQL with [a-z]
+        # classes): printed literally, never as rich markup.
         for e in f.evidence:
-            vals = ", ".join(f"{k}={v}" for k, v in e.values.items())
-            t.add_row(e.name, vals + (f"\n[dim]{e.note}[/]" if e.note else ""))
+            vals = Text(", ".join(f"{k}={v}" for k, v in e.values.items()))
+            if e.note:
+                vals.append("\n" + e.note, style="dim")
+            t.add_row(Text(e.name), vals)
             if show_sql and e.sql:
-                t.add_row("", f"[dim]{e.sql}[/]")
+                t.add_row("", Text(e.sql, style="dim"))
         body = Table.grid()
-        body.add_row(f.summary)
+        body.add_row(Text(f.summary))
         body.add_row("")
         body.add_row(t)
         body.add_row("")
-        body.add_row("[bold]next:[/] " + "\n      ".join(f.next_actions))
+        body.add_row(Text("next: ", style="bold") + Text("\n      ".join(f.next_actions)))
         style = _STYLE[f.severity]
-        console.print(Panel(body, title=f"[{style}]{f.severity.upper()}[/] {f.title} "
-                            f"[dim]({f.verdict}, confidence {f.confidence:.2f} "
-                            f"{f.confidence_label})[/]", border_style=style))
+        title = Text(f.severity.upper(), style=style) + Text(f" {f.title} ") + Text(
+            f"({f.verdict}, confidence {f.confidence:.2f} {f.confidence_label})", style="dim")
+        console.print(Panel(body, title=title, border_style=style))
     split = diag.context.get("ttft_split")
     if split:
         console.print(f"TTFT split (means): client {split['client_ttft_ms']:.1f} ms = engine "
@@ -105,7 +109,7 @@ def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -
     if "bimodal_itl" in diag.context:
         console.print(f"[dim]{diag.context['bimodal_itl']}[/]")
     for note in diag.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(Text(f"note: {note}", style="dim"))
 
 
 def _print_replicas(console: Console, rows: list[dict] | None) -> None:

@@ -126,3 +126,21 @@ def test_engine_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 2
     (line,) = _lines(r.output)
     assert "/debug/ranks: no answer" in line
+
+
+def test_findings_print_what_was_recorded_literally() -> None:
+    # Names from a dump, paths and SQL with [a-z] classes are text, not rich markup.
+    from rich.console import Console
+
+    from infbench.commands.diagnose import print_diagnosis
+    from playbooks.findings import Diagnosis, Evidence, Finding
+    d = Diagnosis("hang", "r1", {"flight_recorder": True}, [Finding(
+        "collective_mismatch", "title [red]x", 0.9, "critical", "rank 1 issued [bold]x[/bold]",
+        [Evidence("e", {"rank1": "gloo:[link=http://x]y"}, "SELECT regexp_matches(a, '[a-z]+')",
+                  "note [dim]")], ["do [this]"])], notes=["n [b]"])
+    c = Console(record=True, width=200)
+    print_diagnosis(c, d, show_sql=True)
+    out = c.export_text()
+    for shown in ("rank 1 issued [bold]x[/bold]", "gloo:[link=http://x]y", "'[a-z]+'",
+                  "note [dim]", "do [this]", "title [red]x", "note: n [b]"):
+        assert shown in out
