@@ -184,10 +184,10 @@ class TPExecutor:
         """None when healthy, else why not (one line)."""
         status = self.watchdog.status()
         if status["timeouts_anywhere"]:
-            trip = status["last_trip"]
-            where = (f"; rank 0 waits in {trip['profiling_name']} (collective seq id "
-                     f"{trip['collective_seq_id']})" if trip else "")
-            return f"collective watchdog: {status['timeouts_anywhere']} collective timeout(s){where}"
+            where = "; ".join(f"rank {r} timed out in {t['profiling_name']} (collective seq id "
+                              f"{t['collective_seq_id']})" for r, t in status["trips"].items())
+            return (f"collective watchdog: {status['timeouts_anywhere']} collective timeout(s)"
+                    + (f": {where}" if where else ""))
         with self._lock:
             if self._failure:
                 return self._failure

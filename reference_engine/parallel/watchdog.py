@@ -9,15 +9,16 @@ signal. The watchdog does not abort the group: the hang stays in place for stack
 
 Store keys (counters via `add`, so reading never blocks): `DUMP_REQUESTS` (dumps asked
 for), `TIMEOUTS` (watchdog trips on any rank), `dumped/<rank>` (the last request a rank
-has written).
+has written), `trip/<rank>` (JSON: the collective a rank timed out in).
 
-Owns: `timeouts_here`, `timeouts_anywhere`, `last_trip` (written by the watchdog thread,
-read by any thread under `_lock`).
+Owns: `timeouts_here`, `timeouts_anywhere`, `trips` (rank -> its trip; written by the
+watchdog thread, read by any thread under `_lock`).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -38,6 +39,10 @@ def dumped_key(rank: int) -> str:
     return f"reference_engine/fr/dumped/{rank}"
 
 
+def trip_key(rank: int) -> str:
+    return f"reference_engine/fr/trip/{rank}"
+
+
 def store_client(port: int) -> dist.TCPStore:
     """A client of the group's rendezvous store, for one thread's use."""
     return dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
@@ -48,6 +53,7 @@ class Watchdog:
     def __init__(self, rank: int, log_: CollectiveLog, timeout_s: float, store_port: int,
                  dump_dir: str | None, on_lost: Callable[[], None] | None = None) -> None:
         self.rank = rank
+        self.world = len(log_.ranks)
         self.log = log_
         self.timeout_s = timeout_s
         self.dump_dir = dump_dir
@@ -57,7 +63,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self.timeouts_here = 0
         self.timeouts_anywhere = 0
-        self.last_trip: dict[str, Any] | None = None
+        self.trips: dict[int, dict[str, Any]] = {}
         self._tripped_record: int | None = None
         self._dumped = 0
         self._stop = threading.Event()
@@ -75,7 +81,7 @@ class Watchdog:
         with self._lock:
             return {"timeouts_here": self.timeouts_here,
                     "timeouts_anywhere": self.timeouts_anywhere,
-                    "last_trip": dict(self.last_trip) if self.last_trip else None}
+                    "trips": {r: dict(t) for r, t in sorted(self.trips.items())}}
 
     def dump_now(self) -> str | None:
         """Write this rank's dump; returns its path (None without a dump dir)."""
@@ -96,6 +102,8 @@ class Watchdog:
                 self._check_in_flight(store)
                 self._serve_dump_requests(store)
                 seen = store.add(TIMEOUTS, 0)
+                if seen > len(self.trips):
+                    self._read_trips(store)
             except Exception as exc:  # the store died with rank 0: nothing left to watch for
                 if self._stop.is_set():
                     return
@@ -123,9 +131,18 @@ class Watchdog:
         with self._lock:
             self.timeouts_here += 1
             self.timeouts_anywhere = max(self.timeouts_anywhere, self.timeouts_here)
-            self.last_trip = trip
+            self.trips[self.rank] = trip
+        store.set(trip_key(self.rank), json.dumps(trip))
         store.add(TIMEOUTS, 1)
         store.add(DUMP_REQUESTS, 1)  # every rank dumps, this one on its next poll
+
+    def _read_trips(self, store: dist.TCPStore) -> None:
+        for rank in range(self.world):
+            key = trip_key(rank)
+            if store.check([key]):
+                trip = json.loads(store.get(key))
+                with self._lock:
+                    self.trips[rank] = trip
 
     def _serve_dump_requests(self, store: dist.TCPStore) -> None:
         wanted = store.add(DUMP_REQUESTS, 0)

@@ -65,7 +65,7 @@ def stop_and_check_clean(eng: Engine) -> None:
     assert not [p for p in pids if Path(f"/proc/{p}").exists()], "ranks outlived the engine"
 
 
-@pytest.mark.parametrize(("tp", "rank", "at_step", "timeout_s"), [(2, 1, 3, 1.5)])
+@pytest.mark.parametrize(("tp", "rank", "at_step", "timeout_s"), [(2, 1, 3, 1.5), (2, 0, 2, 1.0)])
 def test_hang_trips_the_watchdog_and_the_hung_rank_is_behind(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, tp: int, rank: int, at_step: int,
         timeout_s: float) -> None:
@@ -73,29 +73,37 @@ def test_hang_trips_the_watchdog_and_the_hung_rank_is_behind(
     eng = start_stuck(tmp_path, tp, f"hang:rank={rank},at_step={at_step}", timeout_s)
     try:
         wait_for(lambda: eng.health() is not None, 60, "the engine to turn unhealthy")
-        assert "collective watchdog" in (eng.health() or "")
         dumps = dumps_of(tmp_path, tp)
+        reason = eng.health() or ""
         assert eng.stats().num_steps == at_step - 1  # step N never finished
         m = eng.executor.metrics()
         assert m["collective_timeouts_total"] >= 1 and m["healthy"] == 0.0
     finally:
         stop_and_check_clean(eng)
+    waiting = [r for r in range(tp) if r != rank]
     status = [d["pg_status"]["0"] for d in dumps]
-    stuck_seq = status[0]["last_enqueued_collective"]
-    # The others are inside collective k; the hung rank never enqueued it.
-    for r in range(tp):
-        if r != rank:
-            assert status[r]["last_enqueued_collective"] == stuck_seq
-            assert status[r]["last_completed_collective"] == stuck_seq - 1
+    stuck_seq = status[waiting[0]]["last_enqueued_collective"]
+    # The others are inside collective k (step N's header broadcast); the hung rank never
+    # enqueued it.
+    for r in waiting:
+        assert status[r]["last_enqueued_collective"] == stuck_seq
+        assert status[r]["last_completed_collective"] == stuck_seq - 1
+        stuck = next(e for e in dumps[r]["entries"] if e["collective_seq_id"] == stuck_seq)
+        assert stuck["state"] == "started" and stuck["time_discovered_completed_ns"] is None
+        assert stuck["profiling_name"] == "gloo:broadcast"
+        assert (f"rank {r} timed out in gloo:broadcast (collective seq id {stuck_seq})"
+                in reason)
     assert status[rank]["last_enqueued_collective"] == stuck_seq - 1
     assert stuck_seq not in {e["collective_seq_id"] for e in dumps[rank]["entries"]}
-    stuck = next(e for e in dumps[0]["entries"] if e["collective_seq_id"] == stuck_seq)
-    assert stuck["state"] == "started" and stuck["time_discovered_completed_ns"] is None
-    assert stuck["profiling_name"] == "gloo:broadcast"  # step N's header: the first collective
+    assert stuck_seq - 1 == (at_step - 1) * 5  # 5 collectives per step, all done before N
     lines = [r.getMessage() for r in caplog.records if "collective watchdog" in r.getMessage()]
-    assert lines == [f"collective watchdog: rank 0 timed out in gloo:broadcast (collective seq id "
-                     f"{stuck_seq}) after {lines[0].split('after ')[1].split(' s')[0]} s "
-                     f"(timeout {timeout_s:.1f} s)"]
+    if rank != 0:  # rank 0 is this process: its own line is in the log
+        assert len(lines) == 1 and lines[0].startswith(
+            f"collective watchdog: rank 0 timed out in gloo:broadcast (collective seq id "
+            f"{stuck_seq}) after ")
+        assert lines[0].endswith(f" s (timeout {timeout_s:.1f} s)")
+    else:
+        assert lines == []  # rank 0 is the hung one: it is inside no collective
 
 
 @pytest.mark.parametrize(("tp", "rank", "at_step"), [(2, 1, 2), (4, 3, 4)])
