@@ -17,6 +17,7 @@ from infbench.store.gpu_schema import GPU_SAMPLE_COLUMNS
 
 _ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
           "DOUBLE": pa.float64()}
+TABLE = "gpu_samples"
 COLUMNS: tuple[str, ...] = tuple(n for n, _ in GPU_SAMPLE_COLUMNS if n != "run_id")
 SOURCES = ("nvml", "dcgm", "engine")
 

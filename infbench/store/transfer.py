@@ -16,11 +16,13 @@ from pathlib import Path
 import duckdb
 
 from infbench.store.db import StoreError
+from infbench.store.gpu_samples import TABLE as GPU_TABLE
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 from infbench.store.trace_schema import TRACE_TABLES
 
-# Everything keyed by run_id that travels with a run (stored findings included).
-TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES)
+# Everything keyed by run_id that travels with a run (stored findings and the GPU telemetry
+# sampled or read for it included).
+TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE)
 # The traces linked to the run travel too: `traces` by run_id, the rest by trace_id.
 ALL_TABLES = (*TABLES, *TRACE_TABLES)
 EXPORT_FORMATS = ("parquet", "csv")
