@@ -125,7 +125,8 @@ def _print_replicas(console: Console, rows: list[dict] | None) -> None:
         for m in metrics:
             ratio, iv = r.get(f"{m}_ratio"), r.get(f"{m}_interval")
             cells.append("-" if ratio is None or iv is None else f"{ratio:.2f} ({iv[0]:.2f}-{iv[1]:.2f})")
-        verdict = "slower" if r["slower"] else "busier" if r["busier"] else "ok"
+        verdict = ("failing" if r.get("failing") else "slower" if r["slower"]
+                   else "busier" if r["busier"] else "ok")
         t.add_row(Text(str(r["replica"])), *cells,
                   "-" if r.get("load_ratio") is None else f"{r['load_ratio']:.2f}",
                   "-" if r.get("request_ratio") is None else f"{r['request_ratio']:.2f}", verdict)

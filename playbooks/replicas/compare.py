@@ -97,8 +97,11 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
     healthy = [r for r in replicas if r not in suspects]
     peers_of = {r: ([p for p in healthy if p != r] or everyone[r]) for r in replicas}
     second = _pass(inputs, replicas, peers_of) if suspects else first
-    names, n = np.unique(obs.requests["replica"].astype(str), return_counts=True)
-    counts = dict(zip(names.tolist(), n.tolist(), strict=True))
+    if obs.sent is not None:
+        counts = obs.sent
+    else:
+        names, n = np.unique(obs.requests["replica"].astype(str), return_counts=True)
+        counts = dict(zip(names.tolist(), n.tolist(), strict=True))
     verdicts = []
     for r in replicas:
         cmps = second[r]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from playbooks.sql import fetch_numpy
+from playbooks.sql import fetch, fetch_numpy
 
 REQUESTS_SQL = """
 WITH q AS (
@@ -47,6 +47,12 @@ WHERE run_id = $run_id AND replica IS NOT NULL AND end_s > start_s
 ORDER BY replica, step_id
 """
 
+# Requests routed to each replica, whatever became of them: the load the router gave it.
+SENT_SQL = """
+SELECT replica, count(*) AS sent FROM requests
+WHERE run_id = $run_id AND replica IS NOT NULL GROUP BY replica ORDER BY replica
+"""
+
 
 @dataclass
 class Observations:
@@ -55,6 +61,8 @@ class Observations:
     steps: dict[str, np.ndarray]
     requests_sql: str
     steps_sql: str
+    sent: dict[str, int] | None = None   # requests routed per replica (None: count the successes)
+    sent_sql: str | None = None
 
     @property
     def n_requests(self) -> int:
@@ -70,4 +78,5 @@ def load_observations(con: duckdb.DuckDBPyConnection, run_id: str, order: list[s
         for k, v in d.items():  # NULLs come back masked: numbers as NaN
             if isinstance(v, np.ma.MaskedArray):
                 d[k] = v.astype(np.float64).filled(np.nan) if v.dtype.kind in "iuf" else v.filled(None)
-    return Observations(names, req, steps, rsql, ssql)
+    tsql, sent = fetch(con, SENT_SQL, run_id=run_id)
+    return Observations(names, req, steps, rsql, ssql, {str(r): int(n) for r, n in sent}, tsql)

@@ -16,6 +16,7 @@ import duckdb
 from playbooks.context import load_context
 from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.replicas.compare import METRIC_WORDS, ReplicaVerdict, judge
+from playbooks.replicas.errors import ReplicaErrors, failing_replicas
 from playbooks.replicas.fleet_tail import TailEffect, tail_effect
 from playbooks.replicas.hardware import Walk, hardware_walk
 from playbooks.replicas.matched import BIN_WIDTH, Comparison
@@ -65,11 +66,17 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
         asql, arow = fetch_one(con, ATTRIBUTION_SQL, run_id=ctx.run_id)
         diag.findings.append(_unknown_replica(ctx.config, options, asql, arow))
         return diag
+    failing, esql = failing_replicas(con, ctx.run_id)
+    for e in failing:
+        peers = [r for r in obs.replicas if r != e.replica] or [r for r in order if r != e.replica]
+        diag.findings.append(_failing(e, esql, hardware_walk(con, ctx.run_id, e.replica, peers)))
     if len(obs.replicas) < 2:
         diag.notes.append(f"only replica {obs.replicas[0]} has measured requests: nothing to compare with")
         return diag
     verdicts, z = judge(obs, options.min_effect, options.busier_ratio, options.alpha)
-    diag.context = {"replicas": [_row(v, z) for v in verdicts], "z": round(z, 3),
+    failed = {e.replica for e in failing}
+    diag.context = {"replicas": [{**_row(v, z), "failing": v.replica in failed} for v in verdicts],
+                    "z": round(z, 3),
                     "min_effect": options.min_effect, "load_bin_width": BIN_WIDTH}
     for v in verdicts:
         thin = [m for m, c in v.comparisons.items() if c.delta is None]
@@ -265,6 +272,25 @@ def _busier(v: ReplicaVerdict, z: float, obs: Observations, options: ReplicaOpti
         next_actions=["Check the load balancer's weights and policy (least-outstanding routing "
                       "evens out load that round robin does not when requests differ in length).",
                       "No hardware check is needed for this replica: its latency curve is its peers'."])
+
+
+def _failing(e: ReplicaErrors, sql: str, walk: Walk) -> Finding:
+    cause = walk.cause
+    return Finding(
+        verdict="replica_failing", title=f"Replica {e.replica} fails {e.share:.0%} of its requests",
+        confidence=0.9, severity="critical",
+        summary=(f"{e.failed} of {e.requests} requests sent to {e.replica} failed (mostly "
+                 f"{e.top_error}; the first {e.first_failure_s:.1f} s into the run), against "
+                 f"{e.peers_share:.1%} on its peers."
+                 + (f" Telemetry: {cause.detail}." if cause else "")),
+        evidence=[Evidence("replica_errors", {"replica": e.replica, "requests": e.requests,
+                                              "failed": e.failed, "top_error": e.top_error,
+                                              "first_failure_s": round(e.first_failure_s or 0.0, 3),
+                                              "peers_failed_share": round(e.peers_share, 4)},
+                           sql, "failed requests per replica (cancelled ones, cut by the run's end, left out)"),
+                  *[c.evidence for c in walk.checks]],
+        next_actions=[f"Take {e.replica} out of rotation; its engine log around the first failure "
+                      "says why.", *([cause_action(cause.verdict)] if cause and cause.verdict else [])])
 
 
 def _unknown_replica(config: dict, options: ReplicaOptions, sql: str, row: tuple) -> Finding:
