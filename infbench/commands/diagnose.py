@@ -74,6 +74,7 @@ def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -
                       f"{ev['undetermined']} undetermined")
     _print_replicas(console, diag.context.get("replicas"))
     _print_hang(console, diag.context)
+    _print_memory(console, diag.context)
     if not diag.findings:
         console.print("[green]" + diag.context.get(
             "no_findings", "No findings: nothing in this run points to a stall or latency "
@@ -131,6 +132,27 @@ def _print_replicas(console: Console, rows: list[dict] | None) -> None:
                   "-" if r.get("load_ratio") is None else f"{r['load_ratio']:.2f}",
                   "-" if r.get("request_ratio") is None else f"{r['request_ratio']:.2f}", verdict)
     console.print(t)
+
+
+def _print_memory(console: Console, ctx: dict) -> None:
+    """The memory ledger in one line per series (fixed or growing, bytes per request)."""
+    ledger = ctx.get("ledger")
+    if not ledger:
+        return
+    console.print(f"memory ledger: {ledger['samples']} scrapes over {ledger['requests_finished']:,} "
+                  "finished requests", markup=False)
+    for name, s in ledger["series"].items():
+        if s["slope_bytes_per_request"] is None:
+            continue
+        lo, hi = s["ci95"]
+        console.print(f"  {name}: {s['kind']}, {s['last_bytes'] / 2**20:,.1f} MiB at the end, "
+                      f"{s['slope_bytes_per_request']:,.0f} B/request (95%: {lo:,.0f} to {hi:,.0f})",
+                      markup=False)
+    x = ctx.get("kv_exhaustion")
+    if x:
+        console.print(f"  KV pool: {x['blocks_total']:,} blocks, full at {x['t_s']:.1f} s, "
+                      f"{x['preemptions_after_fill']:,} preemption(s) after; cap {x['cap']}",
+                      markup=False)
 
 
 def _print_hang(console: Console, ctx: dict) -> None:
