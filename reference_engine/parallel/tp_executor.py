@@ -223,6 +223,14 @@ class TPExecutor:
         return [{"rank": r["rank"], "path": r["dump"], "written": r["rank"] in done}
                 for r in self.ranks()]
 
+    def check_invariants(self) -> None:
+        """One pipe and one process per worker rank; the collective log's own invariants."""
+        assert len(self._pipes) == len(self._procs) == self.world - 1
+        assert self.comm.faults is self.faults
+        if not self._closing.is_set():
+            assert dist.is_initialized() and dist.get_world_size() == self.world
+        self.log.check_invariants()
+
     # -- lifecycle -----------------------------------------------------------------------
     def shutdown(self) -> None:
         """Stop every rank and leave the group; safe to call twice and with a rank hung."""
