@@ -9,7 +9,9 @@ its factor. All bounded in time; no rank outlives the engine.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,8 @@ def wait_for(cond: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def start_stuck(tmp_path: Path, tp: int, fault: str, timeout_s: float) -> Engine:
-    eng = Engine(tp_config(tp, dump_dir=str(tmp_path), faults=[fault],
+def start_stuck(tmp_path: Path, tp: int, fault: str | None, timeout_s: float) -> Engine:
+    eng = Engine(tp_config(tp, dump_dir=str(tmp_path), faults=[fault] if fault else [],
                            collective_timeout_s=timeout_s))
     eng.start()
     for i, prompt in enumerate(PROMPTS):
@@ -169,3 +171,21 @@ def test_slow_link_slows_that_ranks_collectives_by_its_factor(tmp_path: Path) ->
     assert fastest_at[3.0] > 1.5 * fastest_at[1.0], fastest_at
     assert fastest_at[8.0] > 4.0 * fastest_at[1.0], fastest_at
     assert fastest_at[8.0] > fastest_at[3.0], fastest_at
+
+
+# The step loop dies with the collective that lost its peer, as an engine thread does.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_rank_that_dies_turns_health_bad_naming_the_failure(tmp_path: Path) -> None:
+    eng = start_stuck(tmp_path, 2, None, 30.0)
+    try:
+        wait_for(lambda: eng.stats().num_steps >= 2, 60, "the engine to run")
+        worker = eng.executor.ranks()[1]["pid"]
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: eng.health() is not None, 30, "the engine to notice")
+        reason = eng.health() or ""
+        # Either the collective that lost its peer or the exit of the rank itself.
+        assert ("Connection closed by peer" in reason or "failed" in reason
+                or f"rank 1 (pid {worker}) exited with code -9" in reason), reason
+        assert "collective watchdog" not in reason  # not a timeout: nothing waited 30 s
+    finally:
+        stop_and_check_clean(eng)
