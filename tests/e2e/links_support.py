@@ -6,7 +6,9 @@ from pathlib import Path
 
 
 def processes_with_env(marker: str) -> list[int]:
-    """Pids whose environment holds `marker` (the CLI's ranks inherit the test's environment)."""
+    """Pids whose environment holds `marker` (the CLI's ranks inherit the test's environment),
+    except multiprocessing's resource tracker: a helper of the test process itself, which
+    lives as long as it does (it is no rank)."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -16,5 +18,10 @@ def processes_with_env(marker: str) -> list[int]:
         except OSError:
             continue
         if marker.encode() in env:
-            found.append(int(d.name))
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"multiprocessing.resource_tracker" not in cmd:
+                found.append(int(d.name))
     return found
