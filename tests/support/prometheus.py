@@ -51,12 +51,12 @@ class PrometheusServer:
         assert doc["status"] == "success", doc
         return doc["data"]["result"]
 
-    def wait_for(self, expr: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
-        """Poll an instant query until it returns at least one series."""
+    def wait_for(self, expr: str, timeout_s: float = 30.0, series: int = 1) -> list[dict[str, Any]]:
+        """Poll an instant query until it returns at least `series` series."""
         deadline = time.monotonic() + timeout_s
         while True:
             result = self.query(expr)
-            if result or time.monotonic() > deadline:
+            if len(result) >= series or time.monotonic() > deadline:
                 return result
             time.sleep(0.2)
 
