@@ -141,7 +141,8 @@ async def vllm_style_reader(url: str, streams: int, per_stream: int, tokens: int
 
 
 # -- infbench: full path, every chunk recorded into DuckDB ---------------------------------
-def infbench_client(url: str, streams: int, requests: int, tokens: int, input_tokens: int = 16) -> dict[str, float]:
+def infbench_client(url: str, streams: int, requests: int, tokens: int, input_tokens: int = 16,
+                    metrics_bind: tuple[str, int] | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         con = open_store(Path(d) / "b.duckdb")
         t0 = time.monotonic_ns()
@@ -149,7 +150,8 @@ def infbench_client(url: str, streams: int, requests: int, tokens: int, input_to
                    t0_monotonic_ns=t0)
         writer = BatchWriter(con, "bench")
         settings = RunSettings(url=url, endpoint="completions", model=MODEL,
-                               arrivals=Arrivals("closed", concurrency=streams), num_requests=requests)
+                               arrivals=Arrivals("closed", concurrency=streams), num_requests=requests,
+                               metrics_bind=metrics_bind)
         wl = Synthetic(LengthDist.parse(str(input_tokens), "in"), LengthDist.parse(str(tokens), "out"), TokenModel())
         runner = Runner(settings, wl, writer, t0)
         cpu0 = time.process_time()
@@ -194,6 +196,100 @@ def ceiling(streams: int, tokens: int, per_stream: int, burst: int, rounds: int 
                f"Median ratio within a round: infbench / vLLM-style **{vs_vllm:.2f}**, infbench / bare reader "
                f"{vs_bare:.2f}. Share of content chunks that arrived in the same socket read as the previous "
                f"one (flagged `coalesced`; ITL spreads the read's gap over them): {frac:.0%}.\n")
+    return out
+
+
+# A Prometheus stand-in in its own process: GET the exposition every `interval` seconds,
+# count the answers, print the count when terminated.
+_SCRAPER = """
+import signal, sys, time, urllib.request
+url, interval, ok = sys.argv[1], float(sys.argv[2]), [0]
+def done(*_):
+    print(ok[0], flush=True); sys.exit(0)
+signal.signal(signal.SIGTERM, done)
+while True:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            r.read(); ok[0] += 1
+    except OSError:
+        pass
+    time.sleep(interval)
+"""
+
+
+def exposition_unit_costs(tokens: int, streams: int = 5120) -> list[str]:
+    """CPU per finished stream of the exposition's bookkeeping (TTFT/e2e buckets, ITL binned
+    in batches) and per scrape of rendering the text, in this process."""
+    from infbench.loadgen.exposition import LiveExposition
+    from infbench.loadgen.run_types import LiveStats
+    from infbench.loadgen.sse_events import ParsedStream
+    expo = LiveExposition(LiveStats(), model=MODEL, target="http://x", endpoint="completions")
+    p = ParsedStream()
+    n = tokens + 2  # content events, the finish event and usage
+    p.content = np.r_[np.ones(tokens, bool), False, False]
+    p.read_idx = np.arange(n)
+    p.t_ns = np.arange(n) * 1_000_000
+    p.first_content_ns, p.last_content_ns = 0, (tokens - 1) * 1_000_000
+    c = time.process_time()
+    for _ in range(streams):
+        expo.observe(p, -5_000_000, n * 1_000_000, True)
+    per_stream = (time.process_time() - c) / streams
+    c = time.process_time()
+    for _ in range(200):
+        text = expo.render()
+    per_scrape = (time.process_time() - c) / 200
+    return [f"Exposition bookkeeping per finished {tokens}-token stream: **{per_stream * 1e6:.1f} us** CPU; "
+            f"rendering one scrape ({len(text):,} bytes): **{per_scrape * 1e3:.2f} ms** CPU "
+            f"(mean of {streams} streams and 200 renders, this process).\n"]
+
+
+def exposition_overhead(streams: int, tokens: int, per_stream: int, rounds: int = 6,
+                        scrape_s: float = 0.5) -> list[str]:
+    """The live exposition (`--metrics-port`) on and off, in alternating order round by
+    round, against the same server; on, a separate process scrapes it every `scrape_s`
+    (30 times Prometheus's default 15 s, as the e2e tests scrape)."""
+    import socket
+    n_req = streams * per_stream
+    rows = []
+    with sse_server("--burst", "1") as url:
+        asyncio.run(bare_reader(url, streams, 1, tokens))  # warm the server
+        for i in range(rounds):
+            result: dict[str, dict[str, float]] = {}
+            for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                if mode == "off":
+                    result["off"] = infbench_client(url, streams, n_req, tokens)
+                    continue
+                with socket.socket() as sk:
+                    sk.bind(("127.0.0.1", 0))
+                    port = sk.getsockname()[1]
+                scraper = subprocess.Popen([sys.executable, "-c", _SCRAPER,
+                                            f"http://127.0.0.1:{port}/metrics", str(scrape_s)],
+                                           stdout=subprocess.PIPE, text=True)
+                try:
+                    result["on"] = infbench_client(url, streams, n_req, tokens,
+                                                   metrics_bind=("127.0.0.1", port))
+                finally:
+                    scraper.terminate()
+                    out, _ = scraper.communicate(timeout=10)
+                result["on"]["scrapes"] = float(out.strip() or 0)
+            rows.append(result)
+    out = [f"### Live exposition (`--metrics-port`) on and off: {streams} streams x {tokens} tokens, "
+           f"{n_req} requests per run, server writes 1 event per stream between yields\n",
+           f"Alternating order round by round; with the exposition on, another process scrapes it "
+           f"every {scrape_s:g} s.\n",
+           "| round | off: content chunks/s | on: content chunks/s | on/off | off: CPU s | on: CPU s | "
+           "scrapes answered | off: TTFT p50 ms | on: TTFT p50 ms |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ratios = []
+    for i, r in enumerate(rows, 1):
+        off, on = r["off"], r["on"]
+        a, b = off["content_chunks"] / off["wall_s"], on["content_chunks"] / on["wall_s"]
+        ratios.append(b / a)
+        out.append(f"| {i} | {a:,.0f} | {b:,.0f} | {b / a:.3f} | {off['cpu_s']:.2f} | {on['cpu_s']:.2f} | "
+                   f"{on['scrapes']:.0f} | {off['ttft_p50']:.2f} | {on['ttft_p50']:.2f} |")
+    cpu = np.median([r["on"]["cpu_s"] / r["off"]["cpu_s"] for r in rows])
+    out.append(f"\nMedian throughput ratio on/off **{np.median(ratios):.3f}** "
+               f"(min {min(ratios):.3f}, max {max(ratios):.3f}); median CPU-seconds ratio {cpu:.3f}.\n")
     return out
 
 
@@ -356,6 +452,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="smaller runs (smoke test of the script)")
     p.add_argument("--skip-memory", action="store_true")
     p.add_argument("--only-timing", action="store_true", help="only the TTFT/ITL sections (use with --out)")
+    p.add_argument("--only-exposition", action="store_true",
+                   help="only the live exposition on/off comparison (use with --out)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/client_ceiling.md")
     args = p.parse_args()
     per_stream = 4 if args.quick else 24
@@ -376,10 +474,15 @@ def main() -> None:
                 lambda: ttft_overhead(256, 32 if args.quick else 64, 25.0),
                 lambda: ttft_overhead(256, 32 if args.quick else 64, 10.0),
                 lambda: ttft_overhead(256, 32 if args.quick else 64, 10.0, neighbour=True),
-                lambda: long_stream(4096 if args.quick else 32768)]
+                lambda: long_stream(4096 if args.quick else 32768),
+                lambda: exposition_unit_costs(128), lambda: exposition_overhead(64, 128, per_stream)]
     if args.only_timing:  # the TTFT and ITL accuracy sections alone
         sections = sections[3:6]
-    if not args.skip_memory and not args.only_timing:
+    if args.only_exposition:
+        title = "# Client ceiling with the live exposition (--metrics-port) on and off"
+        sections = [lambda: exposition_unit_costs(128), lambda: exposition_overhead(64, 128, per_stream)]
+        lines[0] = title
+    if not args.skip_memory and not args.only_timing and not args.only_exposition:
         sections.append(lambda: memory([100_000, 500_000] if args.quick else [1_000_000, 5_000_000]))
     for section in sections:
         part = section()
