@@ -107,6 +107,10 @@ Version 12
     ``startup_events`` (engine start-up logs) and the ``kv_ledger`` view; see
     ``infbench.store.memory_schema``.
 
+Version 13
+    ``run_workers`` (one row per load-generator worker: share, losses, clock offset) and
+    ``requests.worker`` / ``client_samples.worker``; see ``infbench.store.workers_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -127,6 +131,7 @@ from infbench.store.memory_schema import (
 )
 from infbench.store.prometheus_schema import PROMETHEUS_DDL, PROMETHEUS_MIGRATION_DESCRIPTION
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
+from infbench.store.workers_schema import WORKERS_DDL, WORKERS_MIGRATION_DESCRIPTION
 
 # Column lists are the single source of truth: the DDL and the Arrow schema used by the
 # bulk writer are both generated from them, so they cannot drift apart.
@@ -209,9 +214,10 @@ REQUESTS = Table(
         ("done_ns", "BIGINT"),
         ("replica", "VARCHAR"),
         ("replica_concurrency", "INTEGER"),
+        ("worker", "INTEGER"),
     ),
     added=(("last_choices_ns", 4), ("usage_ns", 4), ("done_ns", 4), ("replica", 8),
-           ("replica_concurrency", 8)),
+           ("replica_concurrency", 8), ("worker", 13)),
 )
 
 CHUNKS = Table(
@@ -274,7 +280,9 @@ CLIENT_SAMPLES = Table(
         ("schedule_lag_ms", "DOUBLE"),
         ("cpu_percent", "DOUBLE"),
         ("rss_bytes", "BIGINT"),
+        ("worker", "INTEGER"),
     ),
+    added=(("worker", 13),),
 )
 
 # The bulk tables migration 1 created; a later bulk table is created by its own migration.
@@ -459,6 +467,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, PROMETHEUS_MIGRATION_DESCRIPTION, PROMETHEUS_DDL),
     Migration(11, HANG_MIGRATION_DESCRIPTION, HANG_DDL),
     Migration(12, MEMORY_MIGRATION_DESCRIPTION, (MEMORY_SAMPLES.ddl(), *MEMORY_DDL)),
+    Migration(13, WORKERS_MIGRATION_DESCRIPTION,
+              (*REQUESTS.add_columns_ddl(13), *CLIENT_SAMPLES.add_columns_ddl(13), *WORKERS_DDL)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
