@@ -5,8 +5,8 @@
   sequence id (the one the engine's own watchdog line names) and the frame where rank 0
   waits, and keeps the finding with the run;
 - `mismatch:rank=1`: the mismatch type (collective_type_mismatch) and rank 1;
-- no fault: no finding.
-The three engines start together (their start-up dominates); every rank process is gone at
+- the same engine before its fault, having served requests: no finding.
+The two engines start together (their start-up dominates); every rank process is gone at
 the end."""
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240),
 BASE = (sys.executable, "-m", "reference_engine", "--port", "0", "--executor", "torch",
         "--num-gpu-blocks", "64", "--max-model-len", "256", "--max-num-batched-tokens", "32",
         "--max-num-seqs", "8", "--tensor-parallel-size", "2", "--collective-timeout-s", "2")
-FAULTS = {"hang": "hang:rank=1,at_step=5", "mismatch": "mismatch:rank=1,at_step=4", "healthy": None}
+# The hang engine is healthy for its first 19 steps (two 4-token requests take ~10): the
+# no-finding check runs there first.
+FAULTS = {"hang": "hang:rank=1,at_step=20", "mismatch": "mismatch:rank=1,at_step=4"}
 runner = CliRunner()
 
 
@@ -91,9 +93,19 @@ def _cli(*args: str) -> Any:
 def _complete(eng: EngineProcess, n: int) -> None:
     for i in range(n):
         status, _, body = eng.post_json("/v1/completions", {
-            "model": "tiny-llama", "prompt": f"warm {i}", "max_tokens": 6, "ignore_eos": True,
+            "model": "tiny-llama", "prompt": f"warm {i}", "max_tokens": 4, "ignore_eos": True,
             "temperature": 0}, timeout=60)
         assert status == 200, body
+
+
+def test_healthy_engine_has_no_finding(engines, tmp_path: Path) -> None:
+    eng, _ = engines["hang"]  # before its fault: two requests served, every collective done
+    _complete(eng, 2)
+    r = _cli("diagnose", "hang", "--url", eng.url, "--db", str(tmp_path / "s.duckdb"), "--json")
+    assert r.exit_code == 0, r.output
+    diag = json.loads(r.output)
+    assert diag["findings"] == []
+    assert all(x["dump"] == "ok" and x["stacks"] == "ok" for x in diag["context"]["ranks"])
 
 
 def test_hang_run_then_diagnose_names_rank_1_the_seq_and_rank_0s_frame(engines, tmp_path: Path) -> None:
@@ -180,13 +192,3 @@ def _quiet(eng: EngineProcess) -> None:
     with contextlib.suppress(OSError):
         eng.request("POST", "/v1/completions", {"model": "tiny-llama", "prompt": "x",
                                                 "max_tokens": 30, "ignore_eos": True}, timeout=60)
-
-
-def test_healthy_engine_has_no_finding(engines, tmp_path: Path) -> None:
-    eng, _ = engines["healthy"]
-    _complete(eng, 2)
-    r = _cli("diagnose", "hang", "--url", eng.url, "--db", str(tmp_path / "s.duckdb"), "--json")
-    assert r.exit_code == 0, r.output
-    diag = json.loads(r.output)
-    assert diag["findings"] == []
-    assert all(x["dump"] == "ok" and x["stacks"] == "ok" for x in diag["context"]["ranks"])
