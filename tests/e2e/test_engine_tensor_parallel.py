@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pickle
 import signal
 import sys
@@ -132,6 +133,16 @@ def test_hang_on_rank1_is_reported_dumped_and_cleaned_up(tmp_path: Path) -> None
         behind = load_dump(str(tmp_path / "rank_1"))["pg_status"]["0"]
         assert behind["last_enqueued_collective"] == seq - 1
         assert all(Path(f"/proc/{p}").exists() for p in ranks)  # hung, not dead
+        # Asked again while the ranks are stuck, every rank still answers.
+        status, _, body = eng.request("POST", "/debug/flight_recorder/dump")
+        assert status == 200 and json.loads(body)["complete"], body
+        # The stack fallback: SIGUSR2 makes rank 1 write where its main thread is parked.
+        stacks = Path(eng.get_json("/debug/ranks")["ranks"][1]["stacks"])
+        os.kill(ranks[1], signal.SIGUSR2)
+        deadline = time.monotonic() + 10
+        while "_hang_here" not in (stacks.read_text() if stacks.exists() else ""):
+            assert time.monotonic() < deadline, "rank 1 wrote no stacks on SIGUSR2"
+            time.sleep(0.1)
     finally:
         t0 = time.monotonic()
         eng.proc.send_signal(signal.SIGTERM)
