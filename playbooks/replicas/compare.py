@@ -66,13 +66,16 @@ def _metric_inputs(obs: Observations) -> dict[str, tuple]:
 
 def _pass(inputs: dict[str, tuple], replicas: list[str], peers_of: dict[str, list[str]]
           ) -> dict[str, dict[str, Comparison]]:
-    out: dict[str, dict[str, Comparison]] = {}
-    for r in replicas:
-        out[r] = {}
-        keep_names = {r, *peers_of[r]}
-        for metric, (names, y, load, cl, strata) in inputs.items():
-            keep = np.isin(names.astype(str), list(keep_names))
-            out[r][metric] = compare(metric, r, y[keep], np.asarray(load)[keep], names[keep] == r,
+    out: dict[str, dict[str, Comparison]] = {r: {} for r in replicas}
+    code = {r: i for i, r in enumerate(replicas)}
+    for metric, (names, y, load, cl, strata) in inputs.items():
+        # Replica names as integer codes once per metric (string compares per pass are slow).
+        uniq, inv = np.unique(names.astype(str), return_inverse=True)
+        codes = np.array([code.get(u, -1) for u in uniq.tolist()], dtype=np.int64)[inv]
+        load = np.asarray(load)
+        for r in replicas:
+            keep = np.isin(codes, [code[p] for p in (r, *peers_of[r])])
+            out[r][metric] = compare(metric, r, y[keep], load[keep], codes[keep] == code[r],
                                      cl[keep], None if strata is None else strata[keep])
     return out
 

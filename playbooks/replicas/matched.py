@@ -77,9 +77,15 @@ def load_bins(load: np.ndarray, width: float = BIN_WIDTH) -> np.ndarray:
     return out
 
 
+def _group_sums(v: np.ndarray, inv: np.ndarray, groups: int) -> np.ndarray:
+    """Per-group sums of v (n, or n x k) by bincount (np.add.at is ~10x slower)."""
+    if v.ndim == 1:
+        return np.bincount(inv, weights=v, minlength=groups)
+    return np.column_stack([np.bincount(inv, weights=v[:, j], minlength=groups) for j in range(v.shape[1])])
+
+
 def _demean(v: np.ndarray, inv: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    sums = np.zeros((len(counts),) + v.shape[1:])
-    np.add.at(sums, inv, v)
+    sums = _group_sums(v, inv, len(counts))
     return v - (sums / counts.reshape((-1,) + (1,) * (v.ndim - 1)))[inv]
 
 
@@ -127,8 +133,7 @@ def compare(metric: str, replica: str, y: np.ndarray, load: np.ndarray, is_rep: 
     # Cluster-robust (CR1) sandwich; residual degrees of freedom lose the bins' means.
     cu, cinv = np.unique(clc, return_inverse=True)
     g = len(cu)
-    scores = np.zeros((g, Z.shape[1]))
-    np.add.at(scores, cinv, Z * u[:, None])
+    scores = _group_sums(Z * u[:, None], cinv, g)
     bread = np.linalg.inv(ZtZ)
     n, k = len(ty), Z.shape[1] + len(counts)
     scale = (g / max(g - 1, 1)) * ((n - 1) / max(n - k, 1))

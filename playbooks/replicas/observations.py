@@ -28,13 +28,30 @@ WITH q AS (
 ), busy AS (  -- every request of the run holds a slot on its replica from send to end
   SELECT replica, send_ns AS s, coalesce(end_ns, last_chunk_ns, send_ns) AS e
   FROM requests WHERE run_id = $run_id AND replica IS NOT NULL AND send_ns IS NOT NULL
+), ev AS (    -- in flight changes by d at t
+  SELECT replica, t, sum(d) AS d
+  FROM (SELECT replica, s AS t, 1 AS d FROM busy UNION ALL SELECT replica, e, -1 FROM busy)
+  GROUP BY replica, t
+), run AS (   -- n in flight from t to the next change
+  SELECT replica, t, sum(d) OVER (PARTITION BY replica ORDER BY t)::DOUBLE AS n,
+         lead(t) OVER (PARTITION BY replica ORDER BY t) AS t_next
+  FROM ev
+), cum AS (   -- f: the in-flight count integrated from the first change up to t
+  SELECT replica, t, n,
+         coalesce(sum(n * (t_next - t)) OVER (PARTITION BY replica ORDER BY t
+                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS f
+  FROM run
+), fa AS (
+  SELECT q.request_idx, c.f + c.n * (q.first_content_ns - c.t) AS f
+  FROM q ASOF JOIN cum c ON q.replica = c.replica AND q.first_content_ns >= c.t
+), fb AS (
+  SELECT q.request_idx, c.f + c.n * (q.last_ns - c.t) AS f
+  FROM q ASOF JOIN cum c ON q.replica = c.replica AND q.last_ns >= c.t
 )
 SELECT q.request_idx, q.replica, q.replica_concurrency, q.send_ns, q.ttft_ms, q.tpot_ms, q.e2e_ms,
-       CASE WHEN q.last_ns > q.first_content_ns THEN
-         (SELECT sum(least(b.e, q.last_ns) - greatest(b.s, q.first_content_ns))::DOUBLE
-          FROM busy b WHERE b.replica = q.replica AND b.s < q.last_ns AND b.e > q.first_content_ns)
-         / (q.last_ns - q.first_content_ns) END AS decode_load
-FROM q
+       CASE WHEN q.last_ns > q.first_content_ns
+            THEN (fb.f - fa.f) / (q.last_ns - q.first_content_ns) END AS decode_load
+FROM q LEFT JOIN fa USING (request_idx) LEFT JOIN fb USING (request_idx)
 ORDER BY q.request_idx
 """
 
