@@ -203,7 +203,7 @@ def links(
         raise _links_fail(str(exc)) from None
     try:
         if run:
-            get_run_check(con, run)
+            _check_run(con, run)
         try:
             from probes.links.launcher import run_probe
             res = run_probe(cfg)
@@ -231,7 +231,7 @@ def links(
         con.close()
 
 
-def get_run_check(con: Any, run: str) -> None:
+def _check_run(con: Any, run: str) -> None:
     from infbench.store import get_run
 
     try:
