@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from reference_engine.executor import StepBatch
+
 STEP_HEADER_LEN = 3
 _ORPHAN_POLL_S = 0.2
 
@@ -50,9 +52,9 @@ class WorkerSpec:
     log_level: int = logging.INFO
 
 
-def step_header(batch: object) -> list[int]:
-    seqs = batch.seqs  # type: ignore[attr-defined]
-    return [batch.step_id, sum(len(w.token_ids) for w in seqs), len(seqs)]  # type: ignore[attr-defined]
+def step_header(batch: StepBatch) -> list[int]:
+    """What every rank must agree on before computing a step: id, tokens, sequences."""
+    return [batch.step_id, sum(len(w.token_ids) for w in batch.seqs), len(batch.seqs)]
 
 
 def _exit_when_orphaned(parent: int) -> None:
