@@ -9,7 +9,9 @@ Prometheus's stored buckets must fall in the same bucket or the next one.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 from probes.prometheus.histogram import WindowHistogram, window_histogram
 from tests.e2e.engine_process import EngineProcess, running_engine
 from tests.support.cli import infbench
-from tests.support.prometheus import PrometheusServer, running_prometheus
+from tests.support.prometheus import PrometheusServer, free_port, running_prometheus, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -29,13 +31,30 @@ SGLANG: list[EngineProcess] = []  # the SGLang-named engine the stack also runs
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EngineProcess, PrometheusServer]]:
-    with running_engine() as engine, running_engine("--metrics-names", "sglang") as sg:
+    with running_engine() as engine, running_engine("--metrics-names", "sglang") as sg, \
+            node_exporter() as node:
         targets = [f"{h}:{p}" for h, p in (engine.host_port, sg.host_port)]
-        with running_prometheus({"engine": targets}, tmp_path_factory.mktemp("prom"),
-                                interval_s=0.5) as prom:
-            assert len(prom.wait_for('up{job="engine"} == 1', series=2)) == 2, prom.log.read_text()[-2000:]
+        with running_prometheus({"engine": targets, "node": [node]},
+                                tmp_path_factory.mktemp("prom"), interval_s=0.5) as prom:
+            assert len(prom.wait_for("up == 1", series=3)) == 3, prom.log.read_text()[-2000:]
             SGLANG[:] = [sg]
             yield engine, prom
+
+
+@contextlib.contextmanager
+def node_exporter() -> Iterator[str]:
+    """Debian's prometheus-node-exporter (installed with prometheus) on a loopback port, with
+    only the collectors the pull reads."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [tool("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{port}",
+         "--collector.disable-defaults", "--collector.cpu", "--collector.loadavg",
+         "--collector.meminfo"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _rows(db: Path, sql: str, params: list | None = None) -> list[tuple]:
@@ -68,11 +87,16 @@ def test_run_pulls_the_window_and_ttft_percentiles_agree_with_the_engine(
     p = summary["prometheus"]
     assert p["status"] == "ok" and p["warning"] is None, p
     assert p["families"]["vllm"] > 20 and p["step_s"] == 0.5
+    # The host's series too: the engine's simulated GPU (dcgm-exporter names) and the node
+    # exporter on the same host (127.0.0.1, another port).
+    assert p["families"]["dcgm"] > 5 and p["families"]["node"] >= 3, p
     assert not [w for w in summary["warnings"] if "Prometheus" in w]
     (run_id,) = _rows(db, "SELECT run_id FROM runs")[0]
     names = {n for (n,) in _rows(db, "SELECT DISTINCT name FROM metric_samples "
                                      "WHERE source = 'prometheus'")}
-    for n in ("vllm:time_to_first_token_seconds_bucket", "vllm:num_requests_running",
+    for n in ("node_load1", "node_memory_MemAvailable_bytes", "node_cpu_seconds_total",
+              "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_PROF_DRAM_ACTIVE",
+              "vllm:time_to_first_token_seconds_bucket", "vllm:num_requests_running",
               "vllm:kv_cache_usage_perc", "vllm:generation_tokens_total",
               "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total"):
         assert n in names, sorted(names)
