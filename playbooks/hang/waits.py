@@ -2,7 +2,8 @@
 
 Which thread: the one whose pthread id the rank's latest Flight Recorder entry names
 (`thread_id`, the same id py-spy and faulthandler print); else one with a torch.distributed
-frame on its stack; else the main thread (named MainThread, or whose OS id is the pid).
+frame on its stack; else the thread named like the chosen one on the other ranks; else the
+main thread (named MainThread, or whose OS id is the pid).
 An engine's HTTP server often owns the main thread while the step loop issues the
 collectives from another, so the main thread alone would show an idle event loop.
 
@@ -43,7 +44,7 @@ class Wait:
     pid: int | None
     thread_id: str | None
     thread_name: str | None
-    chosen_by: str              # flight_recorder_thread | collective_frame | main_thread | only_thread
+    chosen_by: str              # flight_recorder_thread | collective_frame | same_name_as_other_ranks | main_thread | only_thread
     innermost: str              # "all_reduce (.../distributed_c10d.py:3252)"
     meaningful: str | None      # "layer_collective (/srv/engine.py:59)"
     in_collective: bool
@@ -76,9 +77,19 @@ def rank_waits(con: duckdb.DuckDBPyConnection, cap: StoredCapture) -> tuple[str,
     for e in sorted(cap.entries, key=lambda e: e.record_id):
         if e.thread_id:
             fr_thread[e.rank] = e.thread_id
+    chosen = {rank: _choose(by_thread, fr_thread.get(rank)) for rank, by_thread in threads.items()}
+    # A rank that issued no collective we know of: the thread named like the one that issues
+    # them on the other ranks (an engine names its step loop the same on every rank).
+    names = {threads[r][tid][0][4] for r, (tid, how) in chosen.items()
+             if how in ("flight_recorder_thread", "collective_frame")}
+    for rank, (_, how) in chosen.items():
+        if how in ("main_thread", "only_thread"):
+            same = [t for t, f in threads[rank].items() if f[0][4] in names]
+            if same:
+                chosen[rank] = (same[0], "same_name_as_other_ranks")
     out = {}
     for rank, by_thread in threads.items():
-        tid, how = _choose(by_thread, fr_thread.get(rank))
+        tid, how = chosen[rank]
         frames = sorted(by_thread[tid], key=lambda f: f[6])
         top = frames[0]
         meaningful = next((f for f in frames if not is_library(str(f[8]))), None)

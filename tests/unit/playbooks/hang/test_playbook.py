@@ -191,3 +191,43 @@ def test_same_capture_just_over_min_wait_is_a_hang(con) -> None:
 def test_unknown_capture_is_a_clear_error(con) -> None:
     with pytest.raises(ValueError, match="no such hang capture"):
         diagnose_hang(con, "hg-nope")
+
+
+def test_stacks_only_names_the_rank_outside_the_collective(con) -> None:
+    cap = _capture(3, {}, waited_s=0.0, stacks={0: WAIT, 1: IDLE, 2: WAIT})
+    for rc in cap.ranks:
+        rc.dump_status, rc.dump_error = "not_requested", None
+    d = _diag(con, cap)
+    assert d.verdicts() == ["rank_outside_collective"]
+    f = d.findings[0]
+    assert f.title.startswith("Rank 1 not in the collective") and f.severity == "warning"
+    assert "next_batch (/srv/engine/scheduler.py:58)" in f.summary
+
+
+def test_stacks_only_all_idle_is_no_finding(con) -> None:
+    cap = _capture(2, {}, waited_s=0.0, stacks={0: IDLE, 1: IDLE})
+    for rc in cap.ranks:
+        rc.dump_status, rc.dump_error = "not_requested", None
+    assert _diag(con, cap).findings == []
+
+
+def test_rank_behind_in_one_group_of_two(con) -> None:
+    """A TP group ('1') where rank 3 is behind and a healthy data-parallel group ('0')."""
+    ops = [BC, AR, AR]
+    cap = _capture(4, {r: (ops, 3) for r in range(4)}, waited_s=20.0)
+    for rc in cap.ranks:
+        assert rc.dump is not None
+        tp = list(rc.dump.entries[:2])  # two more collectives on group 1
+        for i, e in enumerate(tp):
+            clone = type(e)(**{**e.__dict__, "record_id": 10 + i, "pg_id": 1, "pg_name": "1",
+                               "pg_desc": "tp", "collective_seq_id": i + 1,
+                               "retired": i != 1, "state": "completed" if i == 0 else "started"})
+            if rc.rank == 3 and i == 1:
+                continue  # rank 3 never enters the TP group's second collective
+            rc.dump.entries.append(clone)
+        rc.dump.pg_config["1"] = {"name": "1", "desc": "tp", "ranks": [0, 1, 2, 3]}
+    d = _diag(con, cap)
+    assert d.verdicts() == ["rank_behind"]
+    f = d.findings[0]
+    assert f.title.startswith("Rank 3 is behind: collective #2") and "process group 1 (tp)" in f.summary
+    assert any("group 0: every rank completed" in c for c in d.context["order_of_checks"])
