@@ -68,7 +68,13 @@ def _diagnose(db: Path) -> dict:
 def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
         engines: dict[str, EngineProcess], tmp_path: Path) -> None:
     db = tmp_path / "fleet.duckdb"
-    summary = _fleet_run(db, {"a": engines["h1"], "b": engines["h2"], "c": engines["hot"]})
+    # A targets file; c's dcgm-exporter endpoint is its own /metrics (the engine's GPU series).
+    targets = tmp_path / "fleet.txt"
+    targets.write_text(f"# three replicas\na={engines['h1'].url}\nb={engines['h2'].url}\n"
+                       f"c={engines['hot'].url} dcgm={engines['hot'].url}/metrics\n")
+    r = infbench("run", "--targets", str(targets), "--db", str(db), *LOAD, timeout=90)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout)
     fleet = summary["fleet"]
     assert [r["name"] for r in fleet["replicas"]] == ["a", "b", "c"]
     assert [r["requests_sent"] for r in fleet["replicas"]] == [50, 50, 50]  # round robin
@@ -80,12 +86,15 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
         gpu = dict(con.execute("SELECT instance, median(sm_clock_mhz) FROM gpu_samples "
                                "GROUP BY 1").fetchall())
         steps = dict(con.execute("SELECT replica, count(*) FROM engine_steps GROUP BY 1").fetchall())
+        sources = con.execute("SELECT DISTINCT instance, source FROM gpu_samples ORDER BY 1, 2").fetchall()
     finally:
         con.close()
     assert per == {"a": 50, "b": 50, "c": 50}
     assert conc is not None and conc[0] >= 1
     assert gpu["c"] == pytest.approx(1000, abs=1) and gpu["a"] > 1900  # telemetry per replica
     assert set(steps) == {"a", "b", "c"}
+    assert sources == [("a", "engine"), ("b", "engine"), ("c", "dcgm"), ("c", "engine")]
+    assert fleet["replicas"][2]["scrapes"]["gpu_metrics"] > 0
 
     diag = _diagnose(db)
     by = {f["verdict"]: f for f in diag["findings"]}
