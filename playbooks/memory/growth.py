@@ -199,23 +199,40 @@ def suspects(g: Growth, kv_total: np.ndarray, batch: tuple[str, list[tuple]] | N
                     if sat else "fragmentation levels off; this growth keeps the same rate per "
                     "request" if linear else "no allocator counters and no clear shape"})
     if batch is not None and batch[1]:
-        steps = np.array([r[0] for r in batch[1]], dtype=float)
-        maxb = np.array([r[1] or 0 for r in batch[1]], dtype=float)
-        last_new = steps[np.argmax(maxb)] if len(maxb) else 0.0
-        t = floats(g.ledger["t_ns"])
-        after = t > last_new
-        later = ols(floats(g.ledger["finished"])[after], floats(g.ledger["rss"])[after]) \
-            if after.sum() >= 3 else None
-        grows_after = later is not None and later.lo > 0
-        out.append({"suspect": "CUDA graph pools", "status": "ruled_out" if grows_after else "fits",
-                    "why": (f"no larger decode batch after {last_new / 1e9:.1f} s, yet memory kept "
-                            f"growing ({later.slope:,.0f} B/request): graphs are captured per batch "
-                            "size, once" if grows_after and later else
-                            "memory stopped growing once the largest batch had been seen")})
+        out.append(_graph_pools(g, batch[1]))
     else:
         out.append({"suspect": "CUDA graph pools", "status": "untested",
                     "why": "no step log to tell when new batch sizes appeared"})
     return out
+
+
+def _graph_pools(g: Growth, batch_rows: list[tuple]) -> dict[str, str]:
+    """Graphs are captured once per batch size: a graph pool can only grow across a scrape
+    interval in which a larger decode batch than any before appeared. Growth inside intervals
+    without one cannot be theirs."""
+    t_step = np.array([r[0] for r in batch_rows], dtype=float)
+    max_b = np.array([r[1] or 0 for r in batch_rows], dtype=float)
+    new_at = t_step[np.flatnonzero(np.diff(max_b, prepend=0.0) > 0)]
+    t, rss = floats(g.ledger["t_ns"]), floats(g.ledger["rss"])
+    ok = ~np.isnan(rss)
+    t, rss = t[ok], rss[ok]
+    if len(t) < 3:
+        return {"suspect": "CUDA graph pools", "status": "untested", "why": "too few samples"}
+    # Interval i is (t[i], t[i+1]]: did a new largest batch appear in it?
+    with_new = np.zeros(len(t) - 1, dtype=bool)
+    idx = np.searchsorted(t, new_at, side="left") - 1
+    with_new[idx[(idx >= 0) & (idx < len(t) - 1)]] = True
+    with_new[:1] |= bool((new_at <= t[0]).any())  # before the first scrape: in the first interval
+    rise = np.diff(rss)
+    quiet = float(rise[~with_new].sum())
+    total = float(rss[-1] - rss[0])
+    if total > 0 and quiet >= max(MATERIAL_BYTES, 0.5 * total):
+        return {"suspect": "CUDA graph pools", "status": "ruled_out",
+                "why": f"{_mib(quiet)} of the {_mib(total)} growth came in the "
+                       f"{int((~with_new).sum())} scrape intervals with no new decode batch size "
+                       f"(graphs are captured once per size; {len(new_at)} new sizes appeared)"}
+    return {"suspect": "CUDA graph pools", "status": "fits",
+            "why": f"the growth came with new, larger decode batches ({len(new_at)} appeared)"}
 
 
 def growth_finding(g: Growth, sus: list[dict[str, str]], comp: tuple[str, list[tuple]],

@@ -53,7 +53,9 @@ def diagnose_memory(con: duckdb.DuckDBPyConnection, run_ref: str,
     if g is not None:
         comp = components(con, ctx.run_id)
         batch = fetch(con, BATCH_SQL, run_id=ctx.run_id) if ctx.has_steps else None
-        sus = suspects(g, floats(g.ledger["kv_blocks_total"]), batch)
+        # Suspects explain growth; with none, there is nothing to rule in or out.
+        sus = suspects(g, floats(g.ledger["kv_blocks_total"]), batch) \
+            if any(x.growing for x in g.series) else []
         diag.context["ledger"] = {
             "samples": g.samples, "requests_finished": g.finished,
             "series": {s.name: {"first_bytes": s.first, "last_bytes": s.last,

@@ -130,3 +130,36 @@ def test_interval_covers_the_true_slope_about_95_percent_of_the_time() -> None:
         assert fit is not None
         hits += fit.lo <= 0.7 <= fit.hi
     assert 0.92 <= hits / n <= 0.98
+
+
+def _steps(con, run_id: str, t_ns: list[int], decode: list[int]) -> None:  # noqa: ANN001
+    insert_batch(con, run_id, "engine_steps", to_arrow("engine_steps", {
+        "step_id": list(range(1, len(t_ns) + 1)), "start_s": [t / 1e9 for t in t_ns],
+        "end_s": [t / 1e9 + 0.001 for t in t_ns], "decode_seqs": decode,
+        "kv_blocks_used": [10] * len(t_ns), "kv_blocks_total": [5000] * len(t_ns)}))
+
+
+def test_growth_only_with_new_batch_sizes_fits_graph_pools(store) -> None:  # noqa: ANN001
+    # 60 scrapes 250 ms apart; a larger decode batch appears in 6 of the intervals, and
+    # memory rises by 80 MiB in exactly those, as lazy capture would.
+    n = 60
+    finished = np.arange(n) * 5
+    new_in = [3, 9, 17, 28, 40, 51]
+    rss = 900 * MIB + 80 * MIB * np.array([sum(i > k for k in new_in) for i in range(n)])
+    _ledger(store, "g1", finished, rss)
+    t = [int((k + 0.5) * 250_000_000) for k in new_in]
+    _steps(store, "g1", t, [2, 4, 8, 16, 24, 32])
+    d = diagnose_memory(store, "g1")
+    assert _suspects(d)["CUDA graph pools"] == "fits"
+
+
+def test_growth_between_new_batch_sizes_rules_graph_pools_out(store) -> None:  # noqa: ANN001
+    n = 60
+    finished = np.arange(n) * 5
+    rss = 900 * MIB + 300_000 * finished.astype(float)
+    _ledger(store, "g2", finished, rss)
+    # New sizes keep appearing to the very end: the old "after the last new size" test could
+    # not tell; growth in the quiet intervals still rules the pools out.
+    _steps(store, "g2", [int(k * 250_000_000) for k in range(1, n, 6)], list(range(1, 11)))
+    d = diagnose_memory(store, "g2")
+    assert _suspects(d)["CUDA graph pools"] == "ruled_out"
