@@ -124,7 +124,9 @@ def pull_run(con: duckdb.DuckDBPyConnection, run_ref: str, client: PrometheusCli
                                          "skipped (pass a selector)")
         sel = Selection(f'model_name="{run.model}"' if run.model else "", None, sel.how, [])
         report.selector = sel.target
-    interval = wait_for_scrape(client, sel, end, wait_s) if sel.targets and wait_s > 0 else None
+    # The targets' scrape interval sets the step; with wait_s > 0 (just after a run), also
+    # wait for their first scrape after the run's end.
+    interval = wait_for_scrape(client, sel, end, wait_s) if sel.targets else None
     step = step_s or choose_step(max(end - start, 1.0), interval)
     start -= step  # the counters' values just before the run
     end += step + (interval or 0.0)  # and once more after its last scrape

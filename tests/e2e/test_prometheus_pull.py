@@ -185,6 +185,7 @@ def test_metrics_pull_afterwards_replaces_the_samples(
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["status"] == "ok" and out["series"] > 20
+        assert out["step_s"] == 0.5  # the target's scrape interval, read from Prometheus
         n = _rows(db, "SELECT count(*) FROM metric_samples WHERE source = 'prometheus'")[0][0]
         assert n == out["samples"]  # the second pull replaced the first's rows
         assert _rows(db, "SELECT max(pull_idx) FROM prometheus_pulls")[0][0] == idx
