@@ -3,7 +3,6 @@ gloo aborted) and built captures of 2-8 ranks (who is behind, dead, all stuck, h
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from probes.hang import capture_dumps, write_capture
 from probes.hang.frdump import parse_dump
 from probes.hang.model import Capture, RankCapture
 from probes.hang.stacks import Frame, Stacks, Thread
+from tests.support.fr_dumps import dump_bytes
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "hang"
 NOW = 1_800_000_000_000_000_000
@@ -78,27 +78,6 @@ def test_long_min_wait_turns_the_real_hang_into_a_note(con) -> None:
 
 # ---- built captures: N ranks, each a list of collectives -------------------------------
 
-def _dump(rank: int, world: int, ops: list[tuple[str, list, str]], done: int,
-          created: int) -> bytes:
-    entries = []
-    for i, (op, size, dt) in enumerate(ops):
-        entries.append({
-            "record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"),
-            "collective_seq_id": i + 1, "p2p_seq_id": 0, "op_id": i + 1,
-            "profiling_name": f"nccl:{op}", "time_created_ns": created - (len(ops) - i) * 1000,
-            "input_sizes": [size], "input_dtypes": [dt], "output_sizes": [size],
-            "output_dtypes": [dt], "state": "completed" if i < done else "started",
-            "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
-            "retired": i < done, "timeout_ms": 600000, "is_p2p": False, "frames": [],
-            "thread_id": f"{7000 + rank}", "thread_name": "step-loop"})
-    return pickle.dumps({"version": "2.10", "entries": entries,
-                         "pg_config": {"0": {"name": "0", "desc": "default_pg",
-                                             "ranks": str(list(range(world)))}},
-                         "pg_status": {"0": {"last_enqueued_collective": len(ops),
-                                             "last_started_collective": len(ops),
-                                             "last_completed_collective": done}}})
-
-
 def _stack(rank: int, frames: list[tuple[str, str, int]]) -> Stacks:
     return Stacks("ok", "py-spy", [
         Thread("111", 1, "MainThread", False, False, [Frame("select", "/usr/lib/python3.11/selectors.py", 468)]),
@@ -114,7 +93,7 @@ def _capture(world: int, per_rank_ops: dict[int, tuple[list, int]], *, waited_s:
         rc = RankCapture(r, pid=1000 + r, alive=r not in dead)
         if r in per_rank_ops:
             ops, done = per_rank_ops[r]
-            rc.dump = parse_dump(_dump(r, world, ops, done, NOW - int(waited_s * 1e9)), f"rank_{r}")
+            rc.dump = parse_dump(dump_bytes(r, world, ops, done, NOW - int(waited_s * 1e9)), f"rank_{r}")
             rc.dump_status, rc.dumped_at_ns, rc.dump_path = "ok", NOW, f"/tmp/rank_{r}"
         else:
             rc.dump_status, rc.dump_error = "missing", f"/tmp/rank_{r}: no such file"
