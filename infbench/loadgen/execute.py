@@ -23,6 +23,8 @@ from infbench.loadgen.input_lengths import input_length_check
 from infbench.loadgen.outcome import Outcome, classify
 from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
 from infbench.loadgen.summary import mark_cooldown, summarize
+from infbench.loadgen.workers.record import record_workers, worker_warnings
+from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads.base import Workload
 from infbench.store import BatchWriter, create_run, finish_run, new_run_id, open_store
 
@@ -83,8 +85,10 @@ def execute_run(
     config: dict[str, Any],
     slo: dict[str, float] | None = None,
     progress: ProgressHook | None = None,
+    scale: Scale | None = None,
 ) -> RunResult:
-    """Run and record. Ownership: opens and closes the store connection itself."""
+    """Run and record. Ownership: opens and closes the store connection itself. `scale`: the
+    load split across worker processes or Ray actors (`loadgen.workers`); None: this process."""
     if settings.api_key and settings.api_key in repr(config):
         raise ValueError("config: the API key must never be part of the stored configuration")
     con = open_store(db_path)
@@ -97,7 +101,8 @@ def execute_run(
         create_run(con, run_id=run_id, config=config, target_url=settings.url, model=settings.model,
                    endpoint=settings.endpoint, t0_monotonic_ns=t0)
         writer = BatchWriter(con, run_id)
-        runner = Runner(settings, workload, writer, t0)
+        many = scale is not None and scale.active
+        runner = scale.coordinator(settings, workload, writer, t0) if many else Runner(settings, workload, writer, t0)
         try:
             outcome, sig = run_timed(_drive(runner, settings, progress))
         except BaseException as exc:
@@ -112,6 +117,7 @@ def execute_run(
         writer.close()
         # The runner restarts its clock after opening connections; rows are relative to that.
         _set_t0(con, run_id, runner.t0_ns)
+        workers = record_workers(con, run_id, runner) if many else None
         mark_cooldown(con, run_id, outcome.last_send_ns, settings.cooldown_s)
         a = settings.arrivals
         summary = summarize(con, run_id, slo, open_loop_uncapped=a.kind != "closed" and a.concurrency == 0)
@@ -132,6 +138,9 @@ def execute_run(
         summary["warnings"].extend(config.get("workload_warnings") or [])
         summary["scrapes"] = outcome.scrapes
         summary["scrape_errors"] = outcome.scrape_errors
+        if workers is not None:  # which worker sent what, lost what, and its clock
+            summary["workers"] = workers
+            summary["warnings"].extend(worker_warnings(workers, runner))
         if settings.replicas:  # a fleet run: per replica and for the fleet
             summary["fleet"] = fleet_summary(con, run_id, settings.replicas, settings.route,
                                              outcome.replica_scrapes)

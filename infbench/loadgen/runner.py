@@ -21,7 +21,7 @@ import asyncio
 import gc
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -64,8 +64,14 @@ class Runner:
     """One run. Ownership: the runner owns its HTTP session, tasks and column buffers; the
     caller owns `writer` (and the DuckDB connection behind it) and closes it after `run()`."""
 
-    def __init__(self, settings: RunSettings, workload: Workload, writer: BatchWriter, t0_ns: int) -> None:
+    def __init__(self, settings: RunSettings, workload: Workload, writer: BatchWriter, t0_ns: int, *,
+                 start: Callable[[], Awaitable[int]] | None = None,
+                 index: Callable[[RequestSpec], int] | None = None) -> None:
+        """`start` and `index` are for a worker of a multi-worker run (`loadgen.workers`): the
+        run's shared t0 (awaited once connections are open) and each request's stored index."""
         settings.validate()
+        self._start = start
+        self._index = index
         self.s = settings
         self.workload = workload
         self.writer = writer
@@ -148,7 +154,7 @@ class Runner:
             background.append(asyncio.create_task(self._recorder()))
             # The run's clock starts once connections are open: opening hundreds of them is
             # client work that would otherwise land in the first requests' TTFT.
-            self.t0_ns = time.monotonic_ns()
+            self.t0_ns = await self._start() if self._start is not None else time.monotonic_ns()
             self.stats.started_ns = self.t0_ns
             if self._expo is not None and self.s.metrics_bind is not None:
                 await self._expo.start(*self.s.metrics_bind)
@@ -323,7 +329,7 @@ class Runner:
                 cap.release()
 
     async def _send(self, spec: RequestSpec, intended_ns: int, replica: int = 0) -> str | None:
-        idx = self._next_idx
+        idx = self._next_idx if self._index is None else self._index(spec)
         self._next_idx += 1  # claimed before waiting, so the stop-by-count check sees it
         # Counted on its replica from here, before the pacer's turn, so the next session's
         # pick (least outstanding) already sees it.
@@ -460,6 +466,12 @@ class Runner:
         self._steps.extend(cols)
         if len(self._steps) >= 20000:
             self.writer.put_buffer(self._steps)
+
+    def flush_rows(self) -> None:
+        """Hand the rows recorded so far to the writer (a worker ships them every interval, so
+        a worker that dies loses only what it recorded since)."""
+        for buf in (self._chunks, self._requests, self._client):
+            self.writer.put_buffer(buf)
 
     def _flush_all(self) -> None:
         while self._backlog:

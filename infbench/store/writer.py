@@ -152,6 +152,17 @@ class BatchWriter:
         if len(buf):
             self.put(buf.table.name, buf.take())
 
+    def put_table(self, table: str, batch: pa.Table) -> None:
+        """Queue a batch that is already Arrow (a worker's shipped batch, `loadgen.workers`);
+        its columns are matched by name and must be among the table's."""
+        if self._error is not None:
+            raise RuntimeError(f"store writer failed: {self._error}") from self._error
+        unknown = set(batch.column_names) - set(BULK_TABLES[table].batch_columns)
+        if unknown:
+            raise ValueError(f"{table}: no such column(s) {', '.join(sorted(unknown))}")
+        if batch.num_rows:
+            self._queue.put((table, batch))
+
     def _loop(self) -> None:
         while True:
             item = self._queue.get()
@@ -161,8 +172,9 @@ class BatchWriter:
                 continue  # drain so producers never block on a dead writer
             table, columns = item
             try:
-                insert_batch(self._cur, self.run_id, table, to_arrow(table, columns))
-                self.rows_written[table] += len(next(iter(columns.values())))
+                batch = columns if isinstance(columns, pa.Table) else to_arrow(table, columns)
+                insert_batch(self._cur, self.run_id, table, batch)
+                self.rows_written[table] += batch.num_rows
             except BaseException as exc:  # kept and re-raised in the producer's thread
                 self._error = exc
 
