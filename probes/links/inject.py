@@ -2,8 +2,10 @@
 
 A link at 1/F of its rate makes every transfer through it F times as long, and a collective
 waits for its slowest member. The probe reproduces that on rank R: after each of its
-collective or point-to-point calls it sleeps (F - 1) times the time the call itself took, so
-the call costs R F times as long and every peer that next waits for R sees it too. Only ops
+collective or point-to-point calls it sleeps (F - 1) times the fastest that call has been so
+far (the transfer itself, without the host's scheduling noise, which a plain "time the call
+took" would multiply too), so each call costs R about F transfers and every peer that next
+waits for R sees it. Only ops
 R takes part in are slowed: a subgroup without R, or a pair without it, runs at full speed,
 which is what lets the bisection and the pair matrix find R. `peer=P` narrows the fault to
 the one link between R and P (pairs (R, P) only; collectives containing both ranks), for

@@ -32,6 +32,7 @@ class Call:
     run: Callable[[], None]
     check: Callable[[], int]   # runs the op once on fresh inputs; elements that came out wrong
     count: int                 # elements of the largest buffer (nccl-tests' count)
+    best: float = float("inf")  # fastest call so far (s): what the injected fault scales
 
 
 def build(op: str, nbytes: int, members: tuple[int, ...], rank: int, group: Any,
