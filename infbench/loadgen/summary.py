@@ -297,16 +297,33 @@ def _client_health(con: duckdb.DuckDBPyConnection, run_id: str, open_loop_uncapp
         "mean_cpu_percent": health[3], "max_cpu_percent": health[4], "peak_rss_bytes": health[5],
         "samples": health[6],
     }
+    # Several workers (`--workers`, `--ray`): each is one process with its own loop and CPU, so
+    # each is judged alone and the run is client-bound when any one is (an average over
+    # workers would hide one saturated process among idle ones).
+    per_worker = con.execute(
+        "SELECT worker, median(loop_lag_ms), max(loop_lag_ms), avg(cpu_percent) FROM client_samples "
+        "WHERE run_id = ? GROUP BY worker ORDER BY worker", [run_id]).fetchall()
+    sched_by_worker = con.execute(
+        "SELECT r.worker, quantile_cont(l.schedule_lag_ms, 0.99) FROM request_latency l "
+        "JOIN requests r USING (run_id, request_idx) WHERE l.run_id = ? AND l.phase = 'measure' "
+        "AND l.schedule_lag_ms IS NOT NULL GROUP BY r.worker ORDER BY r.worker", [run_id]).fetchall()
     reasons = []
-    if health[3] is not None and health[3] >= CPU_BOUND_PERCENT:
-        reasons.append(f"client CPU averaged {health[3]:.0f}% of a core (>= {CPU_BOUND_PERCENT:.0f}%)")
-    if health[0] is not None and health[0] > LOOP_LAG_MEDIAN_MS:
-        reasons.append(f"event loop typically {health[0]:.1f} ms late (> {LOOP_LAG_MEDIAN_MS:.0f} ms)")
-    elif health[2] is not None and health[2] > LOOP_LAG_MAX_MS:
-        reasons.append(f"event loop stalled {health[2]:.0f} ms at worst (> {LOOP_LAG_MAX_MS:.0f} ms)")
-    if open_loop_uncapped and sched[1] is not None and sched[1] > SCHEDULE_LAG_P99_MS:
-        reasons.append(f"p99 schedule lag {sched[1]:.1f} ms (> {SCHEDULE_LAG_P99_MS:.0f} ms): "
-                       "requests left later than the arrival schedule asked")
+    for worker, loop_median, loop_max, cpu in per_worker:
+        who = "client" if worker is None else f"worker {worker}"
+        if cpu is not None and cpu >= CPU_BOUND_PERCENT:
+            reasons.append(f"{who} CPU averaged {cpu:.0f}% of a core (>= {CPU_BOUND_PERCENT:.0f}%)")
+        if loop_median is not None and loop_median > LOOP_LAG_MEDIAN_MS:
+            reasons.append(f"{who} event loop typically {loop_median:.1f} ms late (> {LOOP_LAG_MEDIAN_MS:.0f} ms)")
+        elif loop_max is not None and loop_max > LOOP_LAG_MAX_MS:
+            reasons.append(f"{who} event loop stalled {loop_max:.0f} ms at worst (> {LOOP_LAG_MAX_MS:.0f} ms)")
+    for worker, p99 in sched_by_worker:
+        if open_loop_uncapped and p99 is not None and p99 > SCHEDULE_LAG_P99_MS:
+            who = "" if worker is None else f"worker {worker}: "
+            reasons.append(f"{who}p99 schedule lag {p99:.1f} ms (> {SCHEDULE_LAG_P99_MS:.0f} ms): "
+                           "requests left later than the arrival schedule asked")
+    if len(per_worker) > 1 or any(w is not None for w, *_ in per_worker):
+        h["per_worker"] = [{"worker": w, "median_loop_lag_ms": m, "max_loop_lag_ms": x, "mean_cpu_percent": c}
+                           for w, m, x, c in per_worker]
     h["client_bound_reasons"] = reasons
     h["thresholds"] = {"cpu_percent": CPU_BOUND_PERCENT, "median_loop_lag_ms": LOOP_LAG_MEDIAN_MS,
                        "max_loop_lag_ms": LOOP_LAG_MAX_MS, "p99_schedule_lag_ms": SCHEDULE_LAG_P99_MS}
