@@ -64,7 +64,18 @@ def pull(
         make_console().print(f"{report.status}: {report.series} series, {report.samples} samples "
                              f"at {report.step_s:g} s steps (series per family: {fams})"
                              + (f"; {gpu_rows} GPU samples" if gpu_rows else ""))
+        for meaning, row in report.latency.items():
+            quantiles = ", ".join(
+                f"{k} {row[f'{k}_s'] * 1e3:.1f} ms in ({row[f'{k}_bucket_s'][0] * 1e3:g}, "
+                f"{_ms(row[f'{k}_bucket_s'][1])}] ms" for k in ("p50", "p90", "p99")
+                if row.get(f"{k}_s") is not None and f"{k}_bucket_s" in row)
+            make_console().print(f"server {meaning} ({row['name']}, {row['count']:.0f} "
+                                 f"observations): {quantiles}")
     if report.warning:
         print_warning(report.warning)
     if report.status in ("failed", "empty"):
         raise typer.Exit(1)
+
+
+def _ms(edge: float | None) -> str:
+    return "+Inf" if edge is None else f"{edge * 1e3:g}"

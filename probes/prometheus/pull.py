@@ -22,6 +22,7 @@ from infbench.store import StoreError, get_run, open_store
 from probes.prometheus.catalog import FAMILIES, Family
 from probes.prometheus.client import FATAL, PrometheusClient, PrometheusError, QueryResult
 from probes.prometheus.labels import format_labels
+from probes.prometheus.server_view import server_percentiles
 from probes.prometheus.window import (
     Selection,
     choose_step,
@@ -47,6 +48,8 @@ class PullReport:
     selector: str = ""
     families: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # The server's latency percentiles over the run, from the pulled histogram buckets.
+    latency: dict[str, Any] = field(default_factory=dict)
 
     @property
     def warning(self) -> str | None:
@@ -64,7 +67,8 @@ class PullReport:
     def as_dict(self) -> dict[str, Any]:
         return {"url": self.url, "status": self.status, "series": self.series,
                 "samples": self.samples, "step_s": self.step_s, "selector": self.selector,
-                "families": self.families, "warning": self.warning}
+                "families": self.families, "server_latency": self.latency,
+                "warning": self.warning}
 
 
 def _run_window(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, float, float, list[str]]:
@@ -185,6 +189,8 @@ def _store(con: duckdb.DuckDBPyConnection, run_id: str, report: PullReport,
                             "SELECT run_id, t_ns, source, name, labels, value FROM _prom_batch")
             finally:
                 con.unregister("_prom_batch")
+        if report.status != "failed":
+            report.latency = server_percentiles(con, run_id)
         idx = con.execute("SELECT coalesce(max(pull_idx) + 1, 0) FROM prometheus_pulls "
                           "WHERE run_id = ?", [run_id]).fetchone()
         con.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +120,16 @@ def test_run_pulls_the_window_and_ttft_percentiles_agree_with_the_engine(
     assert 72 <= server.count <= own.count <= 74, (own, server)
     assert server.bounds == own.bounds == scraped.bounds and 60 <= scraped.count <= 72
     assert len(set(own.cumulative)) > 2, own  # spread over several buckets
+    # The summary's server-side TTFT percentiles (from the pulled buckets) name the bucket
+    # the engine's own histogram puts each quantile in, or the next.
+    lat = p["server_latency"]["ttft"]
+    assert lat["name"] == "vllm:time_to_first_token_seconds" and 72 <= lat["count"] <= own.count
+    for q in (0.5, 0.9, 0.99):
+        lo, hi = lat[f"p{round(q * 100)}_bucket_s"]
+        hi = math.inf if hi is None else hi
+        assert lo < lat[f"p{round(q * 100)}_s"] <= hi
+        assert abs(own.bounds.index(hi) - own.bucket_index(q)) <= 1, (q, lat, own)
+    assert {"itl", "e2e", "queue_time"} <= set(p["server_latency"])
     for q in (0.5, 0.9, 0.99):
         a, b = server.bucket_index(q), own.bucket_index(q)
         assert a is not None and b is not None and abs(a - b) <= 1, (q, server, own)

@@ -87,3 +87,21 @@ def test_labels_as_the_target_printed_them() -> None:
     assert parse_labels('model_name="qwen",le="+Inf"') == {"model_name": "qwen", "le": "+Inf"}
     with pytest.raises(ValueError):
         parse_labels('model_name=qwen')
+
+
+def test_server_percentiles_find_whichever_name_the_server_used(tmp_path: Path) -> None:
+    from probes.prometheus.server_view import server_percentiles
+    rows = []
+    # A vLLM 0.10 server: ITL under its old name; TTFT under the one name it always had.
+    for name, counts in (("vllm:time_per_output_token_seconds_bucket", (0, 10, 10)),
+                         ("vllm:time_to_first_token_seconds_bucket", (0, 1, 4))):
+        for t, scale in ((-500_000_000, 0), (2_000_000_000, 1)):
+            for le, c in zip(("0.05", "0.1", "+Inf"), counts, strict=True):
+                rows.append((t, name, format_labels({"le": le, "model_name": "m"}), c * scale))
+    con = _store(tmp_path, rows)
+    got = server_percentiles(con, "r")
+    assert set(got) == {"itl", "ttft"}
+    assert got["itl"]["name"] == "vllm:time_per_output_token_seconds" and got["itl"]["count"] == 10
+    assert got["itl"]["p50_bucket_s"] == [0.05, 0.1] and got["itl"]["p50_s"] == pytest.approx(0.075)
+    # TTFT: 1 of 4 at or below 0.1 s, the rest above every bound: p50 is the top finite bound.
+    assert got["ttft"]["p50_s"] == 0.1 and got["ttft"]["p50_bucket_s"] == [0.1, None]
