@@ -1,4 +1,5 @@
-"""Least-squares slope with its confidence interval (numpy only)."""
+"""Least-squares slope with its confidence interval (numpy only), robust to the serial
+correlation of samples taken in time order."""
 
 from __future__ import annotations
 
@@ -40,6 +41,24 @@ class Fit:
         return self.lo > 0 or self.hi < 0
 
 
+def _newey_west(xc: np.ndarray, resid: np.ndarray, sxx: float) -> float:
+    """Newey-West standard error of the slope, Bartlett kernel, with Andrews' (1991) AR(1)
+    plug-in lag: the fixed rule of thumb (4 (n/100)^(2/9)) covers far too little when the
+    noise drifts over many samples, as a heap's does."""
+    n = len(xc)
+    u = xc * resid
+    rho = 0.0
+    if n > 3 and float((resid[:-1] ** 2).sum()) > 0:
+        rho = float((resid[1:] * resid[:-1]).sum() / (resid[:-1] ** 2).sum())
+    rho = min(max(rho, -0.97), 0.97)
+    alpha = 4 * rho * rho / ((1 - rho) ** 2 * (1 + rho) ** 2)
+    lag = min(n // 2, int(math.ceil(1.1447 * (alpha * n) ** (1 / 3))))
+    s = float((u * u).sum())
+    for k in range(1, min(lag, n - 1) + 1):
+        s += 2 * (1 - k / (lag + 1)) * float((u[k:] * u[:-k]).sum())
+    return math.sqrt(max(s, 0.0) * n / (n - 2)) / sxx
+
+
 def ols(x: np.ndarray, y: np.ndarray) -> Fit | None:
     """y = a + b x; None with fewer than 3 points or no spread in x."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -56,5 +75,9 @@ def ols(x: np.ndarray, y: np.ndarray) -> Fit | None:
     sse = float((resid ** 2).sum())
     sst = float(((y - ym) ** 2).sum())
     se = math.sqrt(sse / (n - 2) / sxx) if n > 2 else math.inf
+    # Memory samples taken in time order are autocorrelated (a heap grows in steps, a cache
+    # fills over several scrapes): the i.i.d. error understates the slope's spread then. The
+    # Newey-West (HAC) error allows for it; the larger of the two is used.
+    se = max(se, _newey_west(x - xm, resid, sxx))
     half = t95(n - 2) * se
     return Fit(b, a, b - half, b + half, 1 - sse / sst if sst > 0 else 1.0, n)
