@@ -4,9 +4,9 @@ An export is a directory with one file per table (`runs.parquet`, `chunks.parque
 `.csv`), streamed by DuckDB's COPY, stored findings included, so a diagnosed run arrives
 diagnosed, and the profiler traces linked to the run (`traces`, `trace_ranks` and the five
 event tables), so `infbench trace analyze` and `diagnose mbu` work on the other side with
-the same numbers. Import inserts those rows by column name, so a file written by an older
+the same numbers, and the link probes linked to it (`link_probes`, `collectives`). Import inserts those rows by column name, so a file written by an older
 schema (fewer columns, or no `findings` or trace files) still loads, and refuses a run id or
-trace id that the store already holds.
+trace id (or link probe id) that the store already holds.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import duckdb
 
 from infbench.store.db import StoreError
 from infbench.store.gpu_samples import TABLE as GPU_TABLE
+from infbench.store.links_schema import LINK_TABLES
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 from infbench.store.trace_schema import TRACE_TABLES
 
@@ -24,7 +25,8 @@ from infbench.store.trace_schema import TRACE_TABLES
 # sampled or read for it included).
 TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE)
 # The traces linked to the run travel too: `traces` by run_id, the rest by trace_id.
-ALL_TABLES = (*TABLES, *TRACE_TABLES)
+# So do its link probes: `link_probes` by run_id, `collectives` by probe_id.
+ALL_TABLES = (*TABLES, *TRACE_TABLES, *LINK_TABLES)
 EXPORT_FORMATS = ("parquet", "csv")
 
 
@@ -71,6 +73,13 @@ def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[st
             f"{_reader(traces_file)})").fetchall()
         if clash:
             raise StoreError(f"trace {clash[0][0]!r}: already in this store")
+    probes_file = _find(directory, "link_probes")
+    if probes_file is not None:
+        clash = con.execute(
+            f"SELECT probe_id FROM link_probes WHERE probe_id IN (SELECT probe_id FROM "
+            f"{_reader(probes_file)})").fetchall()
+        if clash:
+            raise StoreError(f"link probe {clash[0][0]!r}: already in this store")
     con.execute("BEGIN TRANSACTION")
     try:
         for table in ALL_TABLES:
@@ -104,14 +113,17 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: 
     opts = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT csv, HEADER true)"
     files = []
     linked = f"SELECT trace_id FROM traces WHERE run_id = {_lit(run_id)}"
+    probes = f"SELECT probe_id FROM link_probes WHERE run_id = {_lit(run_id)}"
     for table in ALL_TABLES:
         path = out_dir / f"{table}.{fmt}"
-        if table in ("runs", "traces"):
+        if table in ("runs", "traces", "link_probes"):
             where, order = f"run_id = {_lit(run_id)}", ""
         elif table in TRACE_TABLES:
             # Event tables: (trace_id, rank, event_id) is each row's place in its file.
             where = f"trace_id IN ({linked})"
             order = " ORDER BY 1, 2" if table == "trace_ranks" else " ORDER BY 1, 2, 3"
+        elif table == "collectives":
+            where, order = f"probe_id IN ({probes})", " ORDER BY probe_id, phase, op, bytes, repeat"
         else:
             where, order = f"run_id = {_lit(run_id)}", " ORDER BY 1, 2"
         # COPY streams to the file without materialising the table in Python.
