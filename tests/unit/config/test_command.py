@@ -54,7 +54,7 @@ def test_run_link_reference_engine_and_vllm_metrics(tmp_path: Path) -> None:
                                           "block_size": {"value": 16, "default": True},
                                           "api_key": {"value": "<redacted>", "default": False}}})
     _run(con, "r-vllm", {"token_model": {"max_model_len": 4096}})
-    con.execute("INSERT INTO metric_samples VALUES ('r-vllm', 5, 'http://x/metrics', "
+    con.execute("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) VALUES ('r-vllm', 5, 'http://x/metrics', "
                 "'vllm:cache_config_info', 'block_size=\"16\",cache_dtype=\"fp8\",enable_prefix_caching=\"True\",gpu_memory_utilization=\"0.9\"', 1.0)")
     _run(con, "r-none", {})
     ref = capture_for_run(con, "r-ref")
