@@ -144,9 +144,10 @@ def _collective_times(config_faults: list[str], tmp_path: Path,
         done = eng.executor.request_dump()
         assert all(d["written"] for d in done)
     rank1 = load(tmp_path / "rank_1")
-    reduce_ms = [e["duration_ms"] for e in rank1["entries"]
-                 if e["profiling_name"] == "gloo:all_reduce" and e["state"] == "completed"]
-    return reduce_ms, out
+    reduces = [e for e in rank1["entries"] if e["profiling_name"] == "gloo:all_reduce"]
+    # Rank 1 may still be inside its last one (a slow link's tail) when it dumps.
+    assert all(e["state"] == "completed" for e in reduces[:-1])
+    return [e["duration_ms"] for e in reduces if e["state"] == "completed"], out
 
 
 def fastest(xs: list[float]) -> float:
@@ -164,7 +165,7 @@ def test_slow_link_slows_that_ranks_collectives_by_its_factor(tmp_path: Path) ->
         slow, out = _collective_times([f"slow-link:rank=1,factor={factor:g}"],
                                       tmp_path / f"x{factor:g}")
         assert out == base_out  # slower, never different
-        assert len(slow) == len(base) >= 40
+        assert len(slow) >= len(base) - 1 >= 40
         fastest_at[factor] = fastest(slow)
     # Each transfer of rank 1 lasts F times as long: the fastest one F times the baseline's
     # (at least half that: transfers themselves vary), and a larger F is slower still.
