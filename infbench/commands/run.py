@@ -55,7 +55,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 def run(
     url: list[str] = typer.Option([], help="Base URL of an OpenAI-compatible server; default: start the bundled engine. Repeat for a fleet (one workload over several replicas; NAME=URL names one)."),
-    targets: Path | None = typer.Option(None, help="Fleet: a file of replicas, one a line: [NAME=]URL [dcgm=METRICS_URL] (a dcgm-exporter endpoint scraped beside its /metrics)."),
+    targets: Path | None = typer.Option(None, help="Fleet: a file of replicas, one a line: \\[NAME=]URL \\[dcgm=METRICS_URL] (a dcgm-exporter endpoint scraped beside its /metrics)."),
     route: str | None = typer.Option(None, help="Fleet routing: round-robin (default) | least-outstanding | share:NAME=W,... (or share:W,W,... in replica order)."),
     api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer key (never stored)."),
     model: str | None = typer.Option(None, help="Model name; default: the first from /v1/models."),
