@@ -84,7 +84,7 @@ Version 7
 Version 8 (fleet runs: one workload over several replicas)
     ``requests`` gains ``replica`` (the replica the router sent it to; NULL for a run against
     one URL) and ``replica_concurrency`` (requests in flight on that replica, this one
-    included, when it was handed to the socket: the load it met, for comparisons at matched
+    included, when it was sent (counted as it joined the send queue): the load it met, for comparisons at matched
     load); ``metric_samples`` and ``engine_steps`` gain ``replica`` (whose /metrics or step
     log the row came from).
 
