@@ -12,6 +12,7 @@ import contextlib
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
@@ -86,27 +87,34 @@ def write_config(path: Path, jobs: dict[str, list[str]], interval_s: float) -> N
 
 
 @contextlib.contextmanager
-def running_prometheus(jobs: dict[str, list[str]], workdir: Path,
-                       interval_s: float = 0.5) -> Iterator[PrometheusServer]:
+def running_prometheus(jobs: dict[str, list[str]], workdir: Path, interval_s: float = 0.5,
+                       tls: tuple[Path, Path] | None = None) -> Iterator[PrometheusServer]:
+    """`tls` = (certificate, key): serve the API over https with them (web config file)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg = workdir / "prometheus.yml"
     write_config(cfg, jobs, interval_s)
     port = free_port()
     log = workdir / "prometheus.log"
+    args = [tool("prometheus"), f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}"]
+    context = None
+    if tls is not None:
+        web = workdir / "web.yml"
+        web.write_text(f"tls_server_config:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n")
+        args.append(f"--web.config.file={web}")
+        context = ssl.create_default_context(cafile=str(tls[0]))
     with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            [tool("prometheus"), f"--config.file={cfg}",
-             f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=fh, stderr=subprocess.STDOUT)
-    server = PrometheusServer(f"http://127.0.0.1:{port}", proc, log)
+        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT)
+    scheme = "https" if tls else "http"
+    server = PrometheusServer(f"{scheme}://127.0.0.1:{port}", proc, log)
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
                 raise RuntimeError("prometheus exited:\n" + log.read_text()[-3000:])
             try:
-                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as r:
+                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2,
+                                            context=context) as r:
                     if r.status == 200:
                         break
             except OSError:
