@@ -62,8 +62,8 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
     gsql, grow = fetch_one(con, GPU_SQL, run_id=ctx.run_id)
     diag = Diagnosis("replicas", ctx.run_id, data_sources={
         **ctx.data_sources(), "replicas": bool(obs.replicas), "gpu_samples": bool(grow and grow[0])})
-    if not obs.replicas:
-        asql, arow = fetch_one(con, ATTRIBUTION_SQL, run_id=ctx.run_id)
+    asql, arow = fetch_one(con, ATTRIBUTION_SQL, run_id=ctx.run_id)
+    if not arow or not arow[0]:  # no request knows its replica: a one-URL run
         diag.findings.append(_unknown_replica(ctx.config, options, asql, arow))
         return diag
     failing, esql = failing_replicas(con, ctx.run_id)
@@ -71,7 +71,8 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
         peers = [r for r in obs.replicas if r != e.replica] or [r for r in order if r != e.replica]
         diag.findings.append(_failing(e, esql, hardware_walk(con, ctx.run_id, e.replica, peers)))
     if len(obs.replicas) < 2:
-        diag.notes.append(f"only replica {obs.replicas[0]} has measured requests: nothing to compare with")
+        diag.notes.append(f"{len(obs.replicas)} replica(s) with successful measured requests: "
+                          "no latency comparison at matched load")
         return diag
     verdicts, z = judge(obs, options.min_effect, options.busier_ratio, options.alpha)
     failed = {e.replica for e in failing}

@@ -61,7 +61,7 @@ def _write(con, run_id: str, config: dict, replicas: list[str | None], fail: dic
     finish_run(con, run_id, status="completed")
 
 
-@pytest.mark.parametrize(("share", "named"), [(0.5, True), (0.12, True), (0.03, False)])
+@pytest.mark.parametrize(("share", "named"), [(1.0, True), (0.5, True), (0.12, True), (0.03, False)])
 def test_a_replica_that_fails_is_named(tmp_path: Path, share: float, named: bool) -> None:
     con = open_store(tmp_path / "s.duckdb")
     fleet = {"fleet": {"replicas": [{"name": n} for n in ("a", "b", "c")]}}
