@@ -85,6 +85,21 @@ def _run_window(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, float
     return int(t0_unix_ns), t0_unix_ns / 1e9, max(end, t0_unix_ns / 1e9), notes
 
 
+def _target_urls(con: duckdb.DuckDBPyConnection, run_id: str, target_url: str | None) -> list[str]:
+    """The run's target, and for a fleet run every replica (and its dcgm-exporter endpoint)."""
+    urls = [target_url] if target_url else []
+    row = con.execute("SELECT json_extract(config, '$.fleet.replicas') FROM runs WHERE run_id = ?",
+                      [run_id]).fetchone()
+    try:
+        replicas = json.loads(row[0]) if row and row[0] else []
+    except ValueError:
+        replicas = []
+    for r in replicas if isinstance(replicas, list) else []:
+        if isinstance(r, dict):
+            urls += [str(r[k]) for k in ("url", "gpu_metrics_url") if r.get(k)]
+    return list(dict.fromkeys(urls))
+
+
 def _query(family: Family, sel: Selection) -> str | None:
     matchers = sel.target if family.scope == "target" else sel.host
     if matchers is None:
@@ -115,7 +130,7 @@ def pull_run(con: duckdb.DuckDBPyConnection, run_ref: str, client: PrometheusCli
     t0_unix_ns, start, end, notes = _run_window(con, run.run_id)
     report.problems.extend(notes)
     try:
-        sel = select_target(client, run.target_url or "", selector)
+        sel = select_target(client, _target_urls(con, run.run_id, run.target_url), selector)
     except PrometheusError as exc:  # down, slow, refused TLS: nothing more to ask it
         report.queries = report.failed_queries = 1
         report.problems.append(f"{exc.kind}: {exc}")

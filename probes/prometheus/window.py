@@ -80,31 +80,40 @@ def _promql_regex(literal: str) -> str:
     return re.escape(literal).replace("\\", "\\\\")
 
 
-def select_target(client: PrometheusClient, target_url: str, selector: str | None) -> Selection:
-    """The user's matchers, or the scrape target whose URL is the run's target.
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _addresses(urls: list[str]) -> set[tuple[str, int | None]]:
+    out = set()
+    for url in urls:
+        host, port = _host_port(url)
+        for h in (_LOOPBACK if host in _LOOPBACK else {host}):
+            out.add((h, port))
+    return out
+
+
+def select_target(client: PrometheusClient, target_urls: str | list[str],
+                  selector: str | None) -> Selection:
+    """The user's matchers, or the scrape targets whose URLs are the run's target (every
+    replica of a fleet run).
 
     In Kubernetes a Service URL is not the pod a scrape target names; then nothing matches,
     host series are skipped and the caller says to pass a selector."""
     if selector:
         return Selection(selector, selector, "the given selector", [])
-    host, port = _host_port(target_url)
+    urls = [target_urls] if isinstance(target_urls, str) else list(target_urls)
+    wanted = _addresses(urls)
     try:
         active = client.targets()
     except PrometheusError as exc:
         if exc.kind in FATAL:
             raise
         active = []  # e.g. a proxy that serves queries only: select by model_name instead
-    hosts = {host}
-    if host in ("localhost", "127.0.0.1", "::1"):
-        hosts = {"localhost", "127.0.0.1", "::1"}
-    matched = []
-    for t in active:
-        h, p = _host_port(str(t.get("scrapeUrl", "")))
-        if h in hosts and p == port:
-            matched.append(t)
+    matched = [t for t in active if _host_port(str(t.get("scrapeUrl", ""))) in wanted]
     instances = sorted({str(t.get("labels", {}).get("instance", "")) for t in matched} - {""})
     if not instances:
-        return Selection("", None, f"no scrape target has the run's address {host}:{port}", [])
+        shown = ", ".join(f"{h}:{p}" for h, p in (_host_port(u) for u in urls))
+        return Selection("", None, f"no scrape target has the run's address {shown}", [])
     inst_re = "|".join(_promql_regex(i) for i in instances)
     # The same machine's exporters (dcgm-exporter, node_exporter) share the instance's host.
     inst_hosts = sorted({i.rsplit(":", 1)[0] for i in instances})

@@ -151,6 +151,8 @@ def test_target_selected_by_its_scrape_url(server) -> None:  # type: ignore[no-u
     sel = select_target(PrometheusClient(url), "http://10.0.0.7:8000", None)
     assert sel.target == 'instance=~"10\\\\.0\\\\.0\\\\.7:8000"'
     assert sel.host == 'instance=~"10\\\\.0\\\\.0\\\\.7:[0-9]+"' and len(sel.targets) == 1
+    both = select_target(PrometheusClient(url), ["http://10.0.0.7:8000", "http://10.0.0.8:8000"], None)
+    assert both.target == 'instance=~"10\\\\.0\\\\.0\\\\.7:8000|other:8000"' and len(both.targets) == 2
     none = select_target(PrometheusClient(url), "http://vllm.svc:80", None)
     assert none.target == "" and none.host is None and "no scrape target" in none.how
     given = select_target(PrometheusClient(url), "http://x", 'pod=~"vllm-.*"')
