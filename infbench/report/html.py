@@ -33,6 +33,28 @@ def _num(v: object) -> str:
     return "-" if v is None else f"{float(v):.2f}"  # type: ignore[arg-type]
 
 
+def fleet_table(fleet: dict | None) -> str:
+    """A fleet run's replicas and the fleet: share, failures, load met, latency percentiles."""
+    if not fleet:
+        return ""
+    route = fleet.get("route") or {}
+    cols = ("replica", "sent", "share", "failed", "mean in flight at send", "TTFT p50", "TTFT p99",
+            "TPOT p50", "TPOT p99", "E2E p99")
+    keys = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "p99_e2el_ms")
+    body = ""
+    for name, r in [(r.get("name"), r) for r in fleet.get("replicas", [])] + [("fleet", fleet.get("fleet") or {})]:
+        share = r.get("share", 1.0 if name == "fleet" else None)
+        body += (f"<tr><td>{html.escape(str(name))}</td><td>{r.get('requests_sent', 0)}</td>"
+                 f"<td>{'-' if share is None else f'{share:.0%}'}</td><td>{r.get('failed', 0)}</td>"
+                 f"<td>{_num(r.get('mean_concurrency'))}</td>"
+                 + "".join(f"<td>{_num(r.get(k))}</td>" for k in keys) + "</tr>")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    return (f"<h2>Replicas (route: {html.escape(str(route.get('kind', '?')))})</h2>"
+            f"<table><tr>{head}</tr>{body}</table><p style='font-size:12px'>Latencies in ms, as "
+            "the clients saw them; <code>infbench diagnose replicas</code> compares replicas at "
+            "equal load.</p>")
+
+
 def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
     rid = run.run_id
     s = run.summary or {}
@@ -60,7 +82,7 @@ def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
     notes = "".join(f"<li>{html.escape(w)}</li>" for w in s.get("warnings", []) if w not in bound_reasons)
     notes = f"<ul>{notes}</ul>" if notes else ""
     table = ("<table><tr><th>latency (ms)</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th>"
-             f"<th>p99.9</th></tr>{rows}</table>{_DEFINITIONS}{notes}")
+             f"<th>p99.9</th></tr>{rows}</table>{_DEFINITIONS}{notes}{fleet_table(s.get('fleet'))}")
     cfg = html.escape(json.dumps(run.config, indent=2, sort_keys=True))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>infbench {html.escape(rid)}</title>"
             f"<style>{_CSS}{DIAGNOSIS_CSS}</style>{charts.page_head()}</head><body>{head}{table}{diagnosis_section(con, rid)}"
