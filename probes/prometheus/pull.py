@@ -141,7 +141,9 @@ def pull_run(con: duckdb.DuckDBPyConnection, run_ref: str, client: PrometheusCli
     if not sel.target and not selector:
         report.problems.append(sel.how + "; series chosen by model_name, GPU and node series "
                                          "skipped (pass a selector)")
-        sel = Selection(f'model_name="{run.model}"' if run.model else "", None, sel.how, [])
+        # json.dumps writes a double-quoted string with the escapes PromQL reads the same way.
+        sel = Selection(f"model_name={json.dumps(run.model)}" if run.model else "", None,
+                        sel.how, [])
         report.selector = sel.target
     # The targets' scrape interval sets the step; with wait_s > 0 (just after a run), also
     # wait for their first scrape after the run's end.
