@@ -28,6 +28,8 @@ from infbench.loadgen.run_config import resolved_config
 from infbench.loadgen.runner import RunSettings
 from infbench.loadgen.seeds import Streams, new_salt
 from infbench.loadgen.slo import parse_slo
+from infbench.loadgen.workers.scale import REFUSED as WORKERS_REFUSED
+from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads import (
     WORKLOADS,
 )
@@ -100,6 +102,9 @@ def run(
     engine_arg: list[str] = typer.Option([], help="Extra argument for the bundled engine (repeatable)."),
     gpu_probe: bool = typer.Option(False, "--gpu-probe", help="Sample this host's GPUs through NVML during the run (clocks, throttle reasons, power, temperature, PCIe, ECC, XID) into gpu_samples; needs nvidia-ml-py (infbench[gpu]). Without it or a GPU: one line, and the run goes on."),
     gpu_interval: float = typer.Option(GPU_INTERVAL_S, help="Seconds between --gpu-probe samples."),
+    workers: int = typer.Option(1, help="Worker processes on this host, each with its own event loop and connections: the schedule is split by session (a conversation stays on one), --concurrency and --rate keep their totals, one writer stores everything. With --ray: workers per node."),
+    ray: str | None = typer.Option(None, help=f"Run the workers as Ray actors on the cluster at this address (e.g. 127.0.0.1:6379), --workers on each alive node; needs infbench[dist] here and on the nodes. Refused (exit 2): {WORKERS_REFUSED}."),
+    ray_cpus: float = typer.Option(1.0, help="--ray: CPUs each worker actor asks for."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (vLLM bench key names) on stdout."),
     quiet: bool = typer.Option(False, help="No progress (by default a live line on a terminal, a line every 5 s on stderr when piped)."),
 ) -> None:
@@ -136,6 +141,14 @@ def run(
             prometheus, token_env=prometheus_token_env, token_file=prometheus_token_file,
             ca_file=prometheus_ca_file, insecure=prometheus_insecure, timeout_s=prometheus_timeout)
         replicas, policy = _fleet(url, targets, route, metrics_url)
+        scale = Scale(workers=workers, ray_address=ray, ray_cpus=ray_cpus)
+        if scale.active and (replicas or metrics_bind is not None):
+            raise ValueError(f"workers: {WORKERS_REFUSED}")
+        if ray is not None:
+            from infbench.loadgen.workers.ray_backend import connect as ray_connect
+            nodes = ray_connect(ray)
+            scale = Scale(workers=workers, ray_address=ray, ray_nodes=tuple(n["NodeID"] for n in nodes),
+                          ray_cpus=ray_cpus)
     except ValueError as exc:
         raise fail(str(exc)) from None
 
@@ -164,6 +177,7 @@ def run(
                     steps_after=target.steps_after, scrape_interval_s=scrape_interval,
                     replicas=replicas, route=policy, metrics_bind=metrics_bind)
                 settings.validate()
+                scale.validate(settings, wl)
             except (PreflightError, ValueError) as exc:
                 raise fail(str(exc)) from None
             bundled = not url and not replicas
@@ -174,7 +188,7 @@ def run(
             gpu = start_if_asked(gpu_probe, gpu_interval, settings.url,
                                  lambda line: print_warning(line, console))
             try:
-                result = execute_run(settings, wl, db, config, slo_ms, progress)
+                result = execute_run(settings, wl, db, config, slo_ms, progress, scale=scale)
             finally:
                 if gpu is not None:
                     gpu.stop()

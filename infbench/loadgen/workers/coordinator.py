@@ -66,9 +66,12 @@ class WorkerState:
     def describe(self) -> str:
         where = f"{self.backend} {self.info.get('pid', '?')} on {self.info.get('hostname', '?')}"
         sent_lost, unsent = self.lost()
-        what = f"{sent_lost} sent and not stored" + (
-            f", {unsent} scheduled and never sent" if unsent is not None else
-            ", its share of the rest of the schedule never sent")
+        if unsent is None:
+            what = (f"at least {sent_lost} requests lost ({sent_lost} sent and not stored; its share "
+                    "of the rest of the schedule never sent)")
+        else:
+            what = (f"{sent_lost + unsent} requests lost ({sent_lost} sent and not stored, {unsent} "
+                    "scheduled and never sent)")
         return f"worker {self.worker} ({where}) {self.status}: {self.reason}; {what}"
 
 
