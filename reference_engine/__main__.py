@@ -56,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-model-len", type=int)
     add("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
     add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
-    add("--metrics-names", choices=["vllm", "sglang"], help="/metrics under vLLM's names "
-        "(default) or SGLang's (sglang:*, its bucket edges), for dashboards built for either")
+    add("--metrics-names", choices=["vllm", "vllm-legacy", "sglang"], help="/metrics under "
+        "vLLM's names (default), the names vLLM used before its 0.9-0.11 renames "
+        "(gpu_cache_usage_perc, gpu_prefix_cache_*, time_per_output_token_seconds), or "
+        "SGLang's (sglang:*, its bucket edges), for dashboards built for any of them")
     add("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/ (or set {API_KEY_ENV})")
     add("--fault", dest="faults", action="append", metavar="SPEC",
         help="inject a fault: KIND:FIELD=VALUE,... (repeatable; examples below)")

@@ -100,7 +100,7 @@ class EngineConfig:
     async_scheduling: bool = False              # host work per step hidden behind the device step
     stream_interval: int = 1                    # tokens per streamed event (the first goes at once)
     scheduling_policy: str = "fcfs"             # fcfs | priority (the request's `priority`, low first)
-    metrics_names: str = "vllm"                 # /metrics under vLLM's or SGLang's names and buckets
+    metrics_names: str = "vllm"                 # /metrics names: vllm, vllm-legacy (pre-0.9/0.11 renames), sglang
     defaults: str = "builtin"                   # the default set these values came from
     profile_dir: str | None = None              # where /stop_profile writes traces (vLLM: VLLM_TORCH_PROFILER_DIR)
     profile_steps: str | None = None            # "START:COUNT": profile those steps without the endpoints
@@ -179,8 +179,9 @@ class EngineConfig:
                               f"got {self.collective_timeout_s!r}")
         if not self.step_overhead_ms >= 0.0:
             raise ConfigError(f"step_overhead_ms must be >= 0, got {self.step_overhead_ms}")
-        if self.metrics_names not in ("vllm", "sglang"):
-            raise ConfigError(f"metrics_names must be vllm or sglang, got {self.metrics_names!r}")
+        if self.metrics_names not in ("vllm", "vllm-legacy", "sglang"):
+            raise ConfigError("metrics_names must be vllm, vllm-legacy or sglang, got "
+                              f"{self.metrics_names!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if self.cudagraph_mode not in CUDAGRAPH_MODES:

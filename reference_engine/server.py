@@ -28,6 +28,7 @@ from aiohttp import web
 
 from reference_engine import debug_routes, protocol
 from reference_engine import metrics as prom
+from reference_engine import metrics_legacy as prom_legacy
 from reference_engine import metrics_sglang as prom_sglang
 from reference_engine.config import EngineConfig
 from reference_engine.device import exposition as device_exposition
@@ -262,6 +263,9 @@ async def metrics_route(request: web.Request) -> web.Response:
     if isinstance(requests, prom_sglang.SglangRequestMetrics):  # --metrics-names sglang
         text = prom_sglang.render(engine.stats(), requests, app[CONFIG_KEY].model_name,
                                   memory_gauges(engine))
+    elif isinstance(requests, prom_legacy.LegacyRequestMetrics):  # --metrics-names vllm-legacy
+        text = prom_legacy.render_legacy(engine.stats(), requests, app[CONFIG_KEY].model_name,
+                                         memory_gauges(engine))
     else:
         text = prom.render(engine.stats(), requests, app[CONFIG_KEY].model_name,
                            memory_gauges(engine))
@@ -324,8 +328,9 @@ def create_app(engine: Engine, config: EngineConfig) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware(config.api_key)])
     app[ENGINE_KEY] = engine
     app[CONFIG_KEY] = config
-    app[METRICS_KEY] = (prom_sglang.SglangRequestMetrics() if config.metrics_names == "sglang"
-                        else prom.RequestMetrics())
+    app[METRICS_KEY] = {"sglang": prom_sglang.SglangRequestMetrics,
+                        "vllm-legacy": prom_legacy.LegacyRequestMetrics,
+                        }.get(config.metrics_names, prom.RequestMetrics)()
     app[TOKENIZER_KEY] = ByteTokenizer()
     app[STARTED_KEY] = int(time.time())
 
