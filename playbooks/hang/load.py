@@ -40,12 +40,24 @@ SELECT pg_key, any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc,
 FROM hang_pg_config WHERE capture_id = $capture_id GROUP BY pg_key ORDER BY pg_key
 """
 
-ENTRIES_SQL = """
-SELECT rank, record_id, pg_id, pg_name, pg_desc, collective_seq_id, op, profiling_name,
+_ENTRY_COLS = """rank, record_id, pg_id, pg_name, pg_desc, collective_seq_id, op, profiling_name,
        input_sizes, input_dtypes, output_sizes, output_dtypes, input_numel, output_numel,
-       state, retired, time_created_ns, thread_id, is_p2p
-FROM hang_fr_entries WHERE capture_id = $capture_id
-ORDER BY pg_name, rank, collective_seq_id, record_id
+       state, retired, time_created_ns, thread_id, is_p2p"""
+
+# One sequence id of one group, every rank's entry (a capture can hold half a million
+# entries: the playbook reads only the ones it reports).
+ENTRIES_AT_SQL = f"""
+SELECT {_ENTRY_COLS}
+FROM hang_fr_entries
+WHERE capture_id = $capture_id AND pg_name = $pg_name AND collective_seq_id = $seq
+  AND NOT coalesce(is_p2p, false)
+ORDER BY rank, record_id
+"""
+
+# The thread that issued each rank's latest collective (its pthread id, as py-spy prints it).
+FR_THREADS_SQL = """
+SELECT rank, arg_max(thread_id, record_id) FROM hang_fr_entries
+WHERE capture_id = $capture_id AND thread_id IS NOT NULL GROUP BY rank ORDER BY rank
 """
 
 
@@ -108,7 +120,7 @@ class StoredCapture:
     notes: list[str]
     ranks: dict[int, RankInfo]
     groups: dict[str, list[int] | None]       # pg_config key -> member ranks
-    entries: list[Entry]
+    fr_threads: dict[int, str]                # rank -> thread that issued its collectives
     sql: dict[str, str] = field(default_factory=dict)
 
 
@@ -136,16 +148,28 @@ def load_capture(con: duckdb.DuckDBPyConnection, ref: str) -> StoredCapture:
     sql: dict[str, str] = {}
     sql["ranks"], rrows = fetch(con, RANKS_SQL, capture_id=cid)
     sql["groups"], grows = fetch(con, GROUPS_SQL, capture_id=cid)
-    sql["entries"], erows = fetch(con, ENTRIES_SQL, capture_id=cid)
+    sql["fr_threads"], trows = fetch(con, FR_THREADS_SQL, capture_id=cid)
     ranks = {int(r[0]): RankInfo(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8])
              for r in rrows}
     groups = {str(g[0]): _ranks(g[3]) for g in grows}
-    entries = [Entry(rank=int(e[0]), record_id=int(e[1]), pg_id=e[2], pg_name=e[3] or "",
-                     pg_desc=e[4] or "", seq=int(e[5]), op=e[6] or "", profiling_name=e[7] or "",
-                     input_sizes=json.loads(e[8]), input_dtypes=json.loads(e[9]),
-                     output_sizes=json.loads(e[10]), output_dtypes=json.loads(e[11]),
-                     input_numel=int(e[12] or 0), output_numel=int(e[13] or 0), state=e[14],
-                     retired=e[15], time_created_ns=e[16], thread_id=e[17], is_p2p=bool(e[18]))
-               for e in erows]
     return StoredCapture(cid, run_id, source, target, world, json.loads(notes or "[]"), ranks,
-                         groups, entries, sql)
+                         groups, {int(r): str(t) for r, t in trows}, sql)
+
+
+def _entry(e: tuple[Any, ...]) -> Entry:
+    return Entry(rank=int(e[0]), record_id=int(e[1]), pg_id=e[2], pg_name=e[3] or "",
+                 pg_desc=e[4] or "", seq=int(e[5]), op=e[6] or "", profiling_name=e[7] or "",
+                 input_sizes=json.loads(e[8]), input_dtypes=json.loads(e[9]),
+                 output_sizes=json.loads(e[10]), output_dtypes=json.loads(e[11]),
+                 input_numel=int(e[12] or 0), output_numel=int(e[13] or 0), state=e[14],
+                 retired=e[15], time_created_ns=e[16], thread_id=e[17], is_p2p=bool(e[18]))
+
+
+def entries_at(con: duckdb.DuckDBPyConnection, capture_id: str, pg_name: str,
+               seq: int) -> list[Entry]:
+    """Every rank's entry at one sequence id of one group (a rank holding two: its first)."""
+    _, rows = fetch(con, ENTRIES_AT_SQL, capture_id=capture_id, pg_name=pg_name, seq=seq)
+    out: dict[int, Entry] = {}
+    for row in rows:
+        out.setdefault(int(row[0]), _entry(row))
+    return list(out.values())

@@ -137,10 +137,24 @@ def _culprits(entries: dict[int, Entry], past: list[tuple]) -> tuple[list[int], 
     return sorted(r for g in groups if g is not ref for r in g), ref, "reference_rank", seen0
 
 
-def find_mismatches(entries: list[Entry], members: dict[str, list[int]],
-                    limit: int = 10) -> list[Mismatch]:
-    """Mismatched collectives per process group, earliest first, in the window every dumped
-    rank still holds (a ring buffer drops the oldest entries)."""
+def judge(at: dict[int, Entry], past: list[tuple], group_size: int) -> Mismatch | None:
+    """The ranks' entries at one sequence id of one group (`past`: the group's matched calls
+    before it, in order): a Mismatch when the type, sizes or dtypes disagree, else None."""
+    ref_rank = min(at)
+    kinds = [match(at[ref_rank], at[r], group_size) for r in sorted(at) if r != ref_rank]
+    bad = [k for k in kinds if k[0] in (TYPE, SIZE, DTYPE)]
+    if not bad:
+        return None
+    culprits, ref, how, seen = _culprits(at, past)
+    kind, detail = match(at[ref[0]], at[culprits[0]], group_size) if ref else bad[0]
+    e0 = at[ref_rank]
+    return Mismatch(e0.pg_name, e0.pg_desc, e0.seq, kind, detail, culprits, ref, at, how, seen)
+
+
+def find_mismatches(entries: list[Entry], members: dict[str, list[int]]) -> list[Mismatch]:
+    """The first mismatched collective per process group, in the window every dumped rank
+    still holds (a ring buffer drops the oldest entries). Like the analyzer, a group is not
+    paired past its first mismatch: later sequence ids may be shifted by it."""
     out: list[Mismatch] = []
     by_pg: dict[str, dict[int, dict[int, Entry]]] = {}
     for e in entries:
@@ -154,20 +168,9 @@ def find_mismatches(entries: list[Entry], members: dict[str, list[int]],
             at = {r: seqs[seq] for r, seqs in ranks.items() if seq in seqs}
             if len(at) < 2:
                 continue
-            ref_rank = min(at)
-            kinds = [match(at[ref_rank], at[r], group_size) for r in sorted(at) if r != ref_rank]
-            bad = [k for k in kinds if k[0] in (TYPE, SIZE, DTYPE)]
-            if not bad:
-                past.append(at[ref_rank].signature())
-                continue
-            culprits, ref, how, seen = _culprits(at, past)
-            kind, detail = (match(at[ref[0]], at[culprits[0]], group_size) if ref
-                            else bad[0])
-            e0 = at[ref_rank]
-            out.append(Mismatch(pg, e0.pg_desc, seq, kind, detail, culprits, ref, at, how, seen))
-            if len(out) >= limit:
-                return out
-            # Like the analyzer, stop pairing this group after a mismatch: later seq ids
-            # may be shifted by it and would only repeat it.
-            break
+            m = judge(at, past, group_size)
+            if m is not None:
+                out.append(m)
+                break
+            past.append(at[min(at)].signature())
     return out

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import duckdb
 
 from playbooks.findings import Diagnosis
+from playbooks.hang.desync import find_mismatches_in_store
 from playbooks.hang.findings import (
     HISTORY_SQL,
     STUCK_SQL,
@@ -25,7 +26,6 @@ from playbooks.hang.findings import (
     stacks_only_finding,
 )
 from playbooks.hang.load import RANKS_SQL, load_capture
-from playbooks.hang.matching import find_mismatches
 from playbooks.hang.progress import GroupProgress, group_progress
 from playbooks.hang.waits import rank_waits
 from playbooks.sql import render
@@ -60,7 +60,7 @@ def diagnose_hang(con: duckdb.DuckDBPyConnection, capture_ref: str,
     stacks_sql, waits = rank_waits(con, cap)
     ranks_sql = render(RANKS_SQL, capture_id=cap.capture_id)
     members = {g.pg_name: g.members for g in groups}
-    mismatches = find_mismatches(cap.entries, members)
+    mismatches = find_mismatches_in_store(con, cap.capture_id, members)
     checks: list[str] = [f"captured: {len(dumps)} dump(s), {len(stacks_ok)} stack(s) of "
                          f"{len(cap.ranks)} rank(s)"]
     for g in groups:

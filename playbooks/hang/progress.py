@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from playbooks.hang.load import Entry, StoredCapture
+from playbooks.hang.load import Entry, StoredCapture, entries_at
 from playbooks.sql import fetch
 
 PROGRESS_SQL = """
@@ -98,7 +98,6 @@ def group_progress(con: duckdb.DuckDBPyConnection, cap: StoredCapture) -> tuple[
         by_pg.setdefault(pg, (desc or "", {}))[1][int(rank)] = RankProgress(
             int(rank), int(first), int(last_enq), int(last_done), bool(from_status))
     dumped = {r for r, info in cap.ranks.items() if info.dump_status == "ok"}
-    entries = {(e.pg_name, e.rank, e.seq): e for e in cap.entries if not e.is_p2p}
     out = []
     for pg, (desc, ranks) in sorted(by_pg.items()):
         members, source = _members(cap, pg, list(ranks))
@@ -108,18 +107,19 @@ def group_progress(con: duckdb.DuckDBPyConnection, cap: StoredCapture) -> tuple[
         g = GroupProgress(pg, desc, members, source,
                           {r: p for r, p in ranks.items() if r in members or r in dumped},
                           [r for r in members if r not in dumped])
-        _stuck(g, entries, cap)
+        _stuck(con, g, cap)
         out.append(g)
     return sql, out
 
 
-def _stuck(g: GroupProgress, entries: dict[tuple[str, int, int], Entry], cap: StoredCapture) -> None:
+def _stuck(con: duckdb.DuckDBPyConnection, g: GroupProgress, cap: StoredCapture) -> None:
     if not g.ranks:
         return
     stuck = min(p.last_completed for p in g.ranks.values()) + 1
     if stuck > max(p.last_enqueued for p in g.ranks.values()):
         return  # every rank completed everything it enqueued: nothing pending
     g.stuck_seq = stuck
+    entries: dict[int, Entry] = {e.rank: e for e in entries_at(con, cap.capture_id, g.pg_name, stuck)}
     for r, p in sorted(g.ranks.items()):
         if p.last_enqueued < stuck:
             g.behind.append(r)
@@ -127,7 +127,7 @@ def _stuck(g: GroupProgress, entries: dict[tuple[str, int, int], Entry], cap: St
             g.waiting.append(r)
         else:
             g.finished.append(r)
-        e = entries.get((g.pg_name, r, stuck))
+        e = entries.get(r)
         if e is not None:
             g.stuck_entries[r] = e
             at = cap.ranks[r].dumped_at_ns if r in cap.ranks else None

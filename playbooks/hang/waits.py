@@ -73,10 +73,7 @@ def rank_waits(con: duckdb.DuckDBPyConnection, cap: StoredCapture) -> tuple[str,
     threads: dict[int, dict[str, list[tuple]]] = {}
     for row in rows:
         threads.setdefault(int(row[0]), {}).setdefault(str(row[2]), []).append(row)
-    fr_thread: dict[int, str] = {}
-    for e in sorted(cap.entries, key=lambda e: e.record_id):
-        if e.thread_id:
-            fr_thread[e.rank] = e.thread_id
+    fr_thread = cap.fr_threads
     chosen = {rank: _choose(by_thread, fr_thread.get(rank)) for rank, by_thread in threads.items()}
     # A rank that issued no collective we know of: the thread named like the one that issues
     # them on the other ranks (an engine names its step loop the same on every rank).

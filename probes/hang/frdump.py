@@ -106,17 +106,33 @@ def _str(v: Any, where: str, key: str) -> str:
 
 
 def _sizes(v: Any, where: str, key: str) -> list[list[int]]:
-    if not isinstance(v, list | tuple) or not all(
-            isinstance(s, list | tuple) and all(isinstance(d, int) and not isinstance(d, bool)
-                                                for d in s) for s in v):
-        raise _fail(where, f"{key} is not a list of shapes")
-    return [list(s) for s in v]
+    # Exact types on purpose (bool is not a dimension); loops, not generators: a capture of
+    # 256 ranks holds half a million of these.
+    if type(v) in (list, tuple):
+        out = []
+        for s in v:
+            if type(s) not in (list, tuple):
+                break
+            for d in s:
+                if type(d) is not int:
+                    break
+            else:
+                out.append(list(s))
+                continue
+            break
+        else:
+            return out
+    raise _fail(where, f"{key} is not a list of shapes")
 
 
 def _dtypes(v: Any, where: str, key: str) -> list[str]:
-    if not isinstance(v, list | tuple) or not all(isinstance(d, str) for d in v):
-        raise _fail(where, f"{key} is not a list of dtype names")
-    return list(v)
+    if type(v) in (list, tuple):
+        for d in v:
+            if type(d) is not str:
+                break
+        else:
+            return list(v)
+    raise _fail(where, f"{key} is not a list of dtype names")
 
 
 def _ranks(v: Any) -> list[int] | None:

@@ -18,13 +18,33 @@ _ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
           "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64(), "TIMESTAMP": pa.timestamp("us")}
 
 
-def _arrow(table: str, rows: list[dict[str, Any]]) -> pa.Table:
-    cols = HANG_COLUMNS[table]
-    schema = pa.schema([pa.field(n, _ARROW[t.split()[0]]) for n, t in cols])
-    return pa.Table.from_pylist([{n: r.get(n) for n, _ in cols} for r in rows], schema=schema)
+def _schema(table: str) -> pa.Schema:
+    return pa.schema([pa.field(n, _ARROW[t.split()[0]]) for n, t in HANG_COLUMNS[table]])
 
 
-def _dump_rows(cid: str, rank: int, d: FrDump) -> dict[str, list[dict[str, Any]]]:
+def _arrow(table: str, rows: list[dict[str, Any]] | list[pa.Table]) -> pa.Table:
+    if rows and isinstance(rows[0], pa.Table):
+        return pa.concat_tables(rows)  # type: ignore[arg-type]
+    names = [n for n, _ in HANG_COLUMNS[table]]
+    return pa.table({n: [r.get(n) for r in rows] for n in names},  # type: ignore[union-attr]
+                    schema=_schema(table))
+
+
+class _Json:
+    """json.dumps with a memo: shapes, dtypes and call sites repeat on every step."""
+
+    def __init__(self) -> None:
+        self._memo: dict[Any, str] = {}
+
+    def __call__(self, value: Any) -> str:
+        key = repr(value)
+        out = self._memo.get(key)
+        if out is None:
+            out = self._memo[key] = json.dumps(value)
+        return out
+
+
+def _dump_rows(cid: str, rank: int, d: FrDump, js: _Json) -> dict[str, list[dict[str, Any]] | pa.Table]:
     cfg = [{"capture_id": cid, "rank": rank, "pg_key": k, "pg_name": v["name"],
             "pg_desc": v["desc"],
             "group_ranks": ",".join(map(str, v["ranks"])) if v["ranks"] is not None else None,
@@ -35,20 +55,25 @@ def _dump_rows(cid: str, rank: int, d: FrDump) -> dict[str, list[dict[str, Any]]
                "last_started": v.get("last_started_collective"),
                "last_completed": v.get("last_completed_collective")}
               for k, v in d.pg_status.items()]
-    entries = []
-    for e in d.entries:
-        row = {k: getattr(e, k) for k, _ in HANG_COLUMNS["hang_fr_entries"]
-               if k not in ("capture_id", "rank") and hasattr(e, k)}
-        for k in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "frames"):
-            row[k] = json.dumps(getattr(e, k))
-        entries.append({"capture_id": cid, "rank": rank, **row})
-    return {"hang_pg_config": cfg, "hang_pg_status": status, "hang_fr_entries": entries}
+    # Entries column by column: one Arrow array per column, no dict per row.
+    es = d.entries
+    cols: dict[str, list[Any]] = {"capture_id": [cid] * len(es), "rank": [rank] * len(es)}
+    for name, _ in HANG_COLUMNS["hang_fr_entries"][2:]:
+        if name in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "frames"):
+            cols[name] = [js(getattr(e, name)) for e in es]
+        elif name in ("input_numel", "output_numel"):
+            cols[name] = [getattr(e, name) for e in es]
+        else:
+            cols[name] = [e.__dict__[name] for e in es]
+    return {"hang_pg_config": cfg, "hang_pg_status": status,
+            "hang_fr_entries": pa.table(cols, schema=_schema("hang_fr_entries"))}
 
 
 def write_capture(con: duckdb.DuckDBPyConnection, cap: Capture) -> dict[str, int]:
     """Store `cap`; returns rows written per table. The caller owns `con` (writable)."""
     cap.check_invariants()
-    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in HANG_COLUMNS}
+    rows: dict[str, list[Any]] = {t: [] for t in HANG_COLUMNS}
+    js = _Json()
     rows["hang_captures"].append({
         "capture_id": cap.capture_id, "run_id": cap.run_id,
         "created_at": datetime.now(UTC).replace(tzinfo=None), "source": cap.source,
@@ -63,8 +88,11 @@ def write_capture(con: duckdb.DuckDBPyConnection, cap: Capture) -> dict[str, int
             "stack_source": r.stacks.source, "stack_status": r.stacks.status,
             "stack_error": r.stacks.error, "stacks_at_ns": r.stacks.at_ns})
         if r.dump is not None:
-            for t, rs in _dump_rows(cap.capture_id, r.rank, r.dump).items():
-                rows[t].extend(rs)
+            for t, rs in _dump_rows(cap.capture_id, r.rank, r.dump, js).items():
+                if isinstance(rs, pa.Table):
+                    rows[t].append(rs)
+                else:
+                    rows[t].extend(rs)
         for s in r.stack_rows():
             rows["hang_stacks"].append({"capture_id": cap.capture_id, "rank": r.rank,
                                         "pid": r.pid, **s})
@@ -84,7 +112,8 @@ def write_capture(con: duckdb.DuckDBPyConnection, cap: Capture) -> dict[str, int
         con.execute("ROLLBACK")
         raise StoreError(f"capture {cap.capture_id}: storing it failed: "
                          f"{str(exc).splitlines()[0]}") from exc
-    return {t: len(rs) for t, rs in rows.items()}
+    return {t: sum(len(x) for x in rs) if rs and isinstance(rs[0], pa.Table) else len(rs)
+            for t, rs in rows.items()}
 
 
 def store_capture(con: duckdb.DuckDBPyConnection, cap: Capture, run: str | None = None) -> None:
