@@ -57,10 +57,12 @@ def quantile_targets(bucket: str, selector: str, qs: tuple[float, ...], who: str
     """histogram_quantile over `bucket` (a `_bucket` series) for each q; with `fallback`, the
     older name a server exposes instead (vLLM's renames), used only where the new one is absent."""
     def expr(q: float) -> str:
-        main = f"sum by (le) (rate({bucket}{{{selector}}}[{RATE}]))"
+        rates = f"rate({bucket}{{{selector}}}[{RATE}])"
         if fallback:
-            main = f"({main} or sum by (le) (rate({fallback}{{{selector}}}[{RATE}])))"
-        return f"histogram_quantile({q:g}, {main})"
+            # `or` per series, before summing: a server with only the old name still counts
+            # beside servers with the new one, and one exposing both is not counted twice.
+            rates = f"{rates} or rate({fallback}{{{selector}}}[{RATE}])"
+        return f"histogram_quantile({q:g}, sum by (le) ({rates}))"
     return tuple(Target(expr(q), f"{who} p{round(q * 100):d}") for q in qs)
 
 

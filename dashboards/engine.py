@@ -3,8 +3,8 @@
 Every panel has one target per engine (the two name sets have different bucket edges, so
 their histograms are never summed together). vLLM's renamed series (ITL was
 `time_per_output_token_seconds` before 0.11, KV usage `gpu_cache_usage_perc` and the prefix
-cache counters `gpu_prefix_cache_*` before 0.10) are read with `or`: the new name wherever a
-server has it, the old one only where it has nothing else, so a 0.11 server that exposes both
+cache counters `gpu_prefix_cache_*` before 0.10) are read with `or` series by series, before
+any sum: each server counts under whichever name it has, and a 0.11 server that exposes both
 is not counted twice.
 """
 
@@ -26,6 +26,11 @@ VARIABLES = [
 
 def _rate(name: str) -> str:
     return f"sum(rate({name}{{{V}}}[{RATE}]))"
+
+
+def _rate_or(name: str, old: str) -> str:
+    """The summed rate of `name`, or of its pre-rename `old` for servers that have only it."""
+    return f"sum(rate({name}{{{V}}}[{RATE}]) or rate({old}{{{V}}}[{RATE}]))"
 
 
 LATENCY = [
@@ -100,9 +105,9 @@ CACHE = [
          "Share of prompt tokens served from the prefix cache. Lower than the workload's shared "
          "share (the run summary's prefix_cache check) means cache eviction or routing that "
          "splits sessions across replicas: `infbench diagnose replicas RUN`.",
-         (Target(f"({_rate('vllm:prefix_cache_hits_total')} or {_rate('vllm:gpu_prefix_cache_hits_total')})"
-                 f" / ({_rate('vllm:prefix_cache_queries_total')} or "
-                 f"{_rate('vllm:gpu_prefix_cache_queries_total')})", "vLLM"),
+         (Target(f"{_rate_or('vllm:prefix_cache_hits_total', 'vllm:gpu_prefix_cache_hits_total')}"
+                 f" / {_rate_or('vllm:prefix_cache_queries_total', 'vllm:gpu_prefix_cache_queries_total')}",
+                 "vLLM"),
           Target(f"avg(sglang:cache_hit_rate{{{V}}})", "SGLang")), "percentunit"),
 ]
 

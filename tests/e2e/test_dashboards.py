@@ -1,12 +1,12 @@
 """Every dashboard panel against live series: a real Prometheus scraping the reference engine
-under vLLM's names, a second one under SGLang's (both exporting their simulated GPU in
-dcgm-exporter's names), and `infbench run --metrics-port`, while two runs load the engines.
+under vLLM's names, a second one under SGLang's, a third under the names vLLM used before its
+renames (all exporting their simulated GPU in dcgm-exporter's names), and `infbench run
+--metrics-port`, while three runs load the engines.
 
 Each template variable is resolved the way Grafana does (its `label_values` query, all values
 as a `(a|b)` regex), substituted into every target expression of every panel, and the
-expression must run without error and return at least one series with a number. Targets
-whose `or` falls back to an older vLLM name are checked through their new-name side (this
-engine exposes only the current names); Prometheus still parses the whole expression.
+expression must run without error and return at least one series with a number; every vLLM
+target also against the old-names engine alone, so each `or` fallback is exercised.
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ LABEL_VALUES = re.compile(r"^label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\)$",
 RATE_INTERVAL = "5s"  # 10 scrapes at 0.5 s: what Grafana's $__rate_interval gives here
 
 
+LEGACY: list[str] = []  # the instance of the engine serving vLLM's pre-rename names
+
+
 def _run(url: str, db: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "infbench", "run", "--url", url, "--db", str(db), "--quiet",
-         "--arrival", "poisson", "--rate", "6", "--duration", "40", "--input-tokens",
+         "--arrival", "poisson", "--rate", "4", "--duration", "45", "--input-tokens",
          "uniform:128:384", "--output-tokens", "uniform:16:64", "--scrape-interval", "2", *extra],
         cwd=ROOT, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -47,19 +50,23 @@ def _run(url: str, db: Path, *extra: str) -> subprocess.Popen[str]:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusServer, str]]:
     tmp = tmp_path_factory.mktemp("dash")
-    with running_engine() as vllm_engine, running_engine("--metrics-names", "sglang") as sg_engine:
+    with running_engine() as vllm_engine, running_engine("--metrics-names", "sglang") as sg_engine, \
+            running_engine("--metrics-names", "vllm-legacy") as old_engine:
         port = free_port()
-        targets = [f"{h}:{p}" for h, p in (vllm_engine.host_port, sg_engine.host_port)]
+        engines = (vllm_engine, sg_engine, old_engine)
+        targets = [f"{h}:{p}" for h, p in (e.host_port for e in engines)]
+        LEGACY[:] = [targets[2]]
         with running_prometheus({"engine": targets, "infbench": [f"127.0.0.1:{port}"]},
                                 tmp / "prom", interval_s=0.5) as prom:
             runs = [_run(vllm_engine.url, tmp / "a.duckdb", "--metrics-port", str(port)),
-                    _run(sg_engine.url, tmp / "b.duckdb")]
+                    _run(sg_engine.url, tmp / "b.duckdb"), _run(old_engine.url, tmp / "c.duckdb")]
             try:
                 # Data in every family before checking: latency histograms need two scrapes
                 # with observations in between.
                 for expr in ("sum(rate(infbench_requests_completed_total[5s])) > 0",
                              "sum(rate(vllm:time_to_first_token_seconds_count[5s])) > 0",
                              "sum(rate(sglang:time_to_first_token_seconds_count[5s])) > 0",
+                             "sum(rate(vllm:time_per_output_token_seconds_count[5s])) > 0",
                              "DCGM_FI_DEV_SM_CLOCK"):
                     assert prom.wait_for(expr, timeout_s=40), (
                         expr, [r.poll() for r in runs], prom.log.read_text()[-1500:])
@@ -144,10 +151,34 @@ def test_variables_chain_and_name_both_engines(live: tuple[PrometheusServer, str
     prom, _ = live
     from dashboards import engine, gpu
     values = _resolve(prom, engine.VARIABLES)
-    # Both engines serve the same model; the instance variable holds both of them.
-    assert values["instance"].count("|") == 1, values
+    # The engines serve the same model; the instance variable holds all three of them.
+    assert values["instance"].count("|") == 2, values
     gpu_values = _resolve(prom, gpu.VARIABLES)
-    assert gpu_values["gpu"] == "(0)" and gpu_values["instance"].count("|") == 1, gpu_values
+    assert gpu_values["gpu"] == "(0)" and gpu_values["instance"].count("|") == 2, gpu_values
+
+
+def test_every_vllm_target_works_on_a_server_with_the_old_names(
+        live: tuple[PrometheusServer, str]) -> None:
+    """The same panels against only the engine exposing vLLM's pre-rename names: the `or`
+    fallbacks (ITL, KV usage, prefix cache) must carry them, and nothing else may rely on a
+    new name."""
+    prom, _ = live
+    from dashboards import engine
+    (instance,) = LEGACY
+    values = {"model": ".*", "instance": re.escape(instance)}
+    problems, checked = [], 0
+    for spec in engine.LATENCY + engine.LOAD + engine.CACHE:
+        for target in spec.targets:
+            if "vllm:" not in target.expr:
+                continue
+            checked += 1
+            problem = _problem(prom, _substitute(target.expr, values))
+            if problem:
+                problems.append(f"{spec.title} / {target.legend}: {problem}")
+    assert problems == [] and checked >= 15, "\n".join(problems)
+    # ...and the old names alone are what that engine has.
+    assert not prom.query(f'vllm:kv_cache_usage_perc{{instance="{instance}"}}')
+    assert prom.query(f'vllm:gpu_cache_usage_perc{{instance="{instance}"}}')
 
 
 def test_sglang_names_are_valid_exposition(live: tuple[PrometheusServer, str]) -> None:
