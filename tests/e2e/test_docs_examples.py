@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -25,26 +26,47 @@ from tests.support.process import sse_server
 pytestmark = pytest.mark.e2e
 
 PLACEHOLDER_RUNS = ("BASE_RUN", "RUN_A", "RUN_B", "A1", "A2", "A3")
+# Verbs the README must show at least once (checked after every section ran).
+README_VERBS = {"run", "runs", "show", "report", "export", "import", "plan", "gate", "compare",
+                "sweep", "diagnose", "probe", "config", "trace"}
+
+Command = tuple[list[str], set[int]]
 
 
-def readme_commands() -> list[tuple[list[str], set[int]]]:
-    """Every `infbench ...` command in the README's bash blocks, with its allowed exit codes."""
-    text = (ROOT / "README.md").read_text()
-    out: list[tuple[list[str], set[int]]] = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        joined = re.sub(r"\\\n\s*", " ", block)
-        for line in joined.splitlines():
-            code, _, comment = line.partition("#")
-            codes = {0}
-            if "exits 1" in comment:
-                codes = {1}
-            elif "1 fail" in comment:
-                codes = {0, 1}
-            for part in re.split(r";|&&", code):
-                words = shlex.split(part)
-                if words and words[0] == "infbench":
-                    out.append((words[1:], codes))
+def _commands(block: str) -> list[Command]:
+    """The `infbench ...` commands of one bash block, with their allowed exit codes."""
+    out: list[Command] = []
+    joined = re.sub(r"\\\n\s*", " ", block)
+    for line in joined.splitlines():
+        code, _, comment = line.partition("#")
+        codes = {0}
+        if "exits 1" in comment:
+            codes = {1}
+        elif "1 fail" in comment:
+            codes = {0, 1}
+        for part in re.split(r";|&&", code):
+            words = shlex.split(part)
+            if words and words[0] == "infbench":
+                out.append((words[1:], codes))
     return out
+
+
+def readme_sections() -> list[tuple[str, list[Command]]]:
+    """The README's `## ` sections in order, each with the commands of its bash blocks."""
+    text = (ROOT / "README.md").read_text()
+    sections: list[tuple[str, list[Command]]] = []
+    for chunk in re.split(r"^## ", text, flags=re.M)[1:]:
+        title = chunk.splitlines()[0]
+        commands = [c for block in re.findall(r"```bash\n(.*?)```", chunk, flags=re.S)
+                    for c in _commands(block)]
+        if commands:
+            sections.append((title, commands))
+    return sections
+
+
+def readme_commands() -> list[Command]:
+    """Every `infbench ...` command in the README's bash blocks, in order."""
+    return [c for _, commands in readme_sections() for c in commands]
 
 
 def _bounded(args: list[str]) -> list[str]:
@@ -55,28 +77,56 @@ def _bounded(args: list[str]) -> list[str]:
     return args
 
 
-def test_readme_examples_run_as_written(tmp_path: Path) -> None:
-    commands = readme_commands()
-    assert len(commands) >= 12, commands  # the README's examples were all found
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    ran: list[str] = []
-    fill: dict[str, str] = {}
+class Workspace:
+    """One reader's scratch directory: what earlier sections made, later ones use."""
+
+    # Owns: the scratch directory, the mock server's URL, the placeholder runs once made,
+    # and the verbs run so far.
+    def __init__(self, cwd: Path, url: str) -> None:
+        self.cwd, self.url = cwd, url
+        self.fill: dict[str, str] = {}
+        self.ran: set[str] = set()
+
+    def run(self, args: list[str], codes: set[int]) -> None:
+        args = [a.replace("http://127.0.0.1:8000", self.url) for a in _bounded(args)]
+        if any(a in PLACEHOLDER_RUNS for a in args):
+            if not self.fill:
+                self.fill.update(_placeholders(self.cwd, self.url))
+            args = [self.fill.get(a, a) for a in args]
+        if args[:2] == ["gate", "noise"] and not (self.cwd / "gates.toml").exists():
+            (self.cwd / "gates.toml").write_text((ROOT / "examples/ci/gates.toml").read_text())
+        r = infbench(*args, cwd=self.cwd, timeout=300)
+        assert r.returncode in codes, (args, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+        self.ran.add(args[0])
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    cwd = tmp_path_factory.mktemp("readme")
+    (cwd / "examples").symlink_to(ROOT / "examples")
     with sse_server("--ttft-ms", "3", "--itl-ms", "1") as url:
-        for args, codes in commands:
-            args = [a.replace("http://127.0.0.1:8000", url) for a in _bounded(args)]
-            if any(a in PLACEHOLDER_RUNS for a in args):
-                args = [fill.get(a, a) for a in args] if fill else args
-                if not fill:
-                    fill.update(_placeholders(tmp_path, url))
-                    args = [fill.get(a, a) for a in args]
-            if args[:2] == ["gate", "noise"] and not (tmp_path / "gates.toml").exists():
-                (tmp_path / "gates.toml").write_text((ROOT / "examples/ci/gates.toml").read_text())
-            r = infbench(*args, cwd=tmp_path, timeout=300)
-            assert r.returncode in codes, (args, r.returncode, r.stderr[-2000:])
-            assert "Traceback" not in r.stderr, (args, r.stderr)
-            ran.append(args[0])
-    assert {"run", "runs", "show", "report", "export", "import", "plan", "gate", "compare",
-            "sweep"} <= set(ran)
+        yield Workspace(cwd, url)
+
+
+SECTIONS = readme_sections()
+
+
+def test_the_readme_examples_were_all_found() -> None:
+    assert len(readme_commands()) >= 12, readme_commands()
+    assert {args[0] for args, _ in readme_commands()} >= README_VERBS
+
+
+# One test per section, in the README's order and sharing one scratch directory, so each
+# section has its own time limit and a failure names the section.
+@pytest.mark.parametrize("title, commands", SECTIONS,
+                         ids=[re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-")[:40]
+                              for t, _ in SECTIONS])
+def test_readme_section_runs_as_written(workspace: Workspace, title: str,
+                                        commands: list[Command]) -> None:
+    for args, codes in commands:
+        workspace.run(args, codes)
+    assert {args[0] for args, _ in commands} <= workspace.ran
 
 
 def _placeholders(cwd: Path, url: str) -> dict[str, str]:
