@@ -103,7 +103,7 @@ def run(
     gpu_probe: bool = typer.Option(False, "--gpu-probe", help="Sample this host's GPUs through NVML during the run (clocks, throttle reasons, power, temperature, PCIe, ECC, XID) into gpu_samples; needs nvidia-ml-py (infbench[gpu]). Without it or a GPU: one line, and the run goes on."),
     gpu_interval: float = typer.Option(GPU_INTERVAL_S, help="Seconds between --gpu-probe samples."),
     workers: int = typer.Option(1, help="Worker processes on this host, each with its own event loop and connections: the schedule is split by session (a conversation stays on one), --concurrency and --rate keep their totals, one writer stores everything. With --ray: workers per node."),
-    ray: str | None = typer.Option(None, help=f"Run the workers as Ray actors on the cluster at this address (e.g. 127.0.0.1:6379), --workers on each alive node; needs infbench[dist] here and on the nodes. Refused (exit 2): {WORKERS_REFUSED}."),
+    ray: str | None = typer.Option(None, help=f"Run the workers as Ray actors on the cluster at this address (HOST:PORT of its head, as `ray start --head` printed), --workers on each alive node; needs infbench[dist] here and on the nodes. Refused (exit 2): {WORKERS_REFUSED}."),
     ray_cpus: float = typer.Option(1.0, help="--ray: CPUs each worker actor asks for."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (vLLM bench key names) on stdout."),
     quiet: bool = typer.Option(False, help="No progress (by default a live line on a terminal, a line every 5 s on stderr when piped)."),
