@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from infbench.store import open_store
+from playbooks.replicas import diagnose_replicas
 from tests.e2e.engine_process import FAST_FLAGS, EngineProcess, launch, stop
 from tests.support.cli import infbench
 
@@ -63,6 +64,15 @@ def _diagnose(db: Path) -> dict:
     r = infbench("diagnose", "replicas", "last", "--db", str(db), "--json", timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
+
+
+def _diagnose_here(db: Path) -> dict:
+    """The playbook's Python API in this process (the CLI path is covered above)."""
+    con = open_store(db, read_only=True)
+    try:
+        return diagnose_replicas(con, "last").to_dict()
+    finally:
+        con.close()
 
 
 def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
@@ -113,7 +123,7 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
 def test_twice_the_load_is_busier_not_slower(shared_run: dict) -> None:
     sent = [r["requests_sent"] for r in shared_run["summary"]["fleet"]["replicas"]]
     assert sent == [75, 38, 37]  # 2:1:1 dealt smoothly (a b a c ...; 150 is not a multiple of 4)
-    diag = _diagnose(shared_run["db"])
+    diag = _diagnose_here(shared_run["db"])
     assert [f["verdict"] for f in diag["findings"]] == ["replica_busier"]
     assert diag["findings"][0]["title"].startswith("Replica x ")
 
@@ -122,7 +132,7 @@ def test_healthy_fleet_has_no_finding(engines: dict[str, EngineProcess], tmp_pat
     db = tmp_path / "healthy.duckdb"
     _fleet_run(db, {"x": engines["h1"], "y": engines["h2"], "z": engines["h3"]},
                "--route", "least-outstanding")
-    diag = _diagnose(db)
+    diag = _diagnose_here(db)
     assert diag["findings"] == [], [f["title"] for f in diag["findings"]]
     assert len(diag["context"]["replicas"]) == 3
 
