@@ -24,6 +24,9 @@ PROMETHEUS_MIGRATION_DESCRIPTION = (
     "metric_samples with source 'prometheus'); runs.t0_unix_ns: the run's start on the Unix clock"
 )
 
+# Keyed by run_id: exported and imported with the run (`infbench.store.transfer`).
+PROMETHEUS_TABLES: tuple[str, ...] = ("prometheus_pulls",)
+
 PROMETHEUS_PULL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_id", "VARCHAR NOT NULL"),
     ("pull_idx", "INTEGER NOT NULL"),      # 0, 1, ... per run; a new pull replaces the samples

@@ -4,7 +4,8 @@ An export is a directory with one file per table (`runs.parquet`, `chunks.parque
 `.csv`), streamed by DuckDB's COPY, stored findings included, so a diagnosed run arrives
 diagnosed, and the profiler traces linked to the run (`traces`, `trace_ranks` and the five
 event tables), so `infbench trace analyze` and `diagnose mbu` work on the other side with
-the same numbers, and the link probes linked to it (`link_probes`, `collectives`). Import inserts those rows by column name, so a file written by an older
+the same numbers, the link probes linked to it (`link_probes`, `collectives`), and where its
+Prometheus series were pulled from (`prometheus_pulls`; the samples are in `metric_samples`). Import inserts those rows by column name, so a file written by an older
 schema (fewer columns, or no `findings` or trace files) still loads, and refuses a run id or
 trace id (or link probe id) that the store already holds.
 """
@@ -18,12 +19,13 @@ import duckdb
 from infbench.store.db import StoreError
 from infbench.store.gpu_samples import TABLE as GPU_TABLE
 from infbench.store.links_schema import LINK_TABLES
+from infbench.store.prometheus_schema import PROMETHEUS_TABLES
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 from infbench.store.trace_schema import TRACE_TABLES
 
-# Everything keyed by run_id that travels with a run (stored findings and the GPU telemetry
-# sampled or read for it included).
-TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE)
+# Everything keyed by run_id that travels with a run (stored findings, the GPU telemetry
+# sampled or read for it, and where its Prometheus series were pulled from included).
+TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE, *PROMETHEUS_TABLES)
 # The traces linked to the run travel too: `traces` by run_id, the rest by trace_id.
 # So do its link probes: `link_probes` by run_id, `collectives` by probe_id.
 ALL_TABLES = (*TABLES, *TRACE_TABLES, *LINK_TABLES)
