@@ -157,9 +157,8 @@ class Coordinator:
                 for h in self._handles:
                     h.stop(self._interrupt)
             await self._pump(inbox, until=lambda: all(s.status for s in self.workers), timeout_s=None)
-        finally:
-            for h in self._handles:
-                await loop.run_in_executor(None, h.close)
+        finally:  # every worker at once: each close waits for its process or actor to end
+            await asyncio.gather(*(loop.run_in_executor(None, h.close) for h in self._handles))
         if self._batch_error is not None:
             raise RuntimeError(f"store writer failed: {self._batch_error}") from self._batch_error
         return self._outcome()

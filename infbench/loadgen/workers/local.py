@@ -154,14 +154,16 @@ class ProcessWorker:
     def stop(self, reason: str) -> None:
         self._send(("stop", reason))
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Wait for the process to end (it ends after `done`); end it if it does not."""
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Wait for the process to end (it ends after `done`, though an interpreter's exit on a
+        busy host takes seconds); end it if it does not."""
         self._proc.join(timeout_s)
         if self._proc.is_alive():
             self._proc.terminate()
             self._proc.join(5)
         if self._proc.is_alive() and self._proc.pid is not None:
-            os.kill(self._proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it ended just now after all
+                os.kill(self._proc.pid, signal.SIGKILL)
             self._proc.join(5)
         self._reader.join(timeout=5)
         self._conn.close()
