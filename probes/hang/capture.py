@@ -53,8 +53,9 @@ def _http(url: str, method: str = "GET") -> Any:
         with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
             body = resp.read()
     except urllib.error.HTTPError as exc:
-        raise CaptureError(f"{method} {url}: HTTP {exc.code} (does the engine run with "
-                           "--dump-dir and more than one rank?)") from None
+        raise CaptureError(f"{method} {url}: HTTP {exc.code} (the bundled engine answers it "
+                           "with --dump-dir and more than one rank; for another engine use "
+                           "--pids with --dumps)") from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         raise CaptureError(f"{method} {url}: no answer ({reason})") from None
