@@ -144,3 +144,21 @@ def test_findings_print_what_was_recorded_literally() -> None:
     for shown in ("rank 1 issued [bold]x[/bold]", "gloo:[link=http://x]y", "'[a-z]+'",
                   "note [dim]", "do [this]", "title [red]x", "note: n [b]"):
         assert shown in out
+
+
+def test_a_server_without_debug_ranks_is_told_to_use_pids(tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = _hang("--url", f"http://127.0.0.1:{srv.server_address[1]}", "--db",
+                  str(tmp_path / "s.duckdb"))
+    finally:
+        srv.shutdown()
+    assert r.exit_code == 2
+    (line,) = _lines(r.output)
+    assert "/debug/ranks: HTTP 404" in line and "--pids with --dumps" in line
