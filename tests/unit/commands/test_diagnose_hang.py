@@ -147,12 +147,17 @@ def test_findings_print_what_was_recorded_literally() -> None:
 
 
 def test_a_server_without_debug_ranks_is_told_to_use_pids(tmp_path: Path) -> None:
-    import functools
     import http.server
     import threading
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+
+    class NotFound(http.server.BaseHTTPRequestHandler):  # any HTTP server without the route
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         r = _hang("--url", f"http://127.0.0.1:{srv.server_address[1]}", "--db",
