@@ -4,7 +4,8 @@ An export is a directory with one file per table (`runs.parquet`, `chunks.parque
 `.csv`), streamed by DuckDB's COPY, stored findings included, so a diagnosed run arrives
 diagnosed, and the profiler traces linked to the run (`traces`, `trace_ranks` and the five
 event tables), so `infbench trace analyze` and `diagnose mbu` work on the other side with
-the same numbers, the link probes linked to it (`link_probes`, `collectives`), and where its
+the same numbers, the link probes linked to it (`link_probes`, `collectives`), the hang
+captures linked to it (`hang_captures` and their per-rank tables), and where its
 Prometheus series were pulled from (`prometheus_pulls`; the samples are in `metric_samples`). Import inserts those rows by column name, so a file written by an older
 schema (fewer columns, or no `findings` or trace files) still loads, and refuses a run id or
 trace id (or link probe id) that the store already holds.
@@ -18,6 +19,7 @@ import duckdb
 
 from infbench.store.db import StoreError
 from infbench.store.gpu_samples import TABLE as GPU_TABLE
+from infbench.store.hang_schema import HANG_TABLES
 from infbench.store.links_schema import LINK_TABLES
 from infbench.store.prometheus_schema import PROMETHEUS_TABLES
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
@@ -27,8 +29,9 @@ from infbench.store.trace_schema import TRACE_TABLES
 # sampled or read for it, and where its Prometheus series were pulled from included).
 TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE, *PROMETHEUS_TABLES)
 # The traces linked to the run travel too: `traces` by run_id, the rest by trace_id.
-# So do its link probes: `link_probes` by run_id, `collectives` by probe_id.
-ALL_TABLES = (*TABLES, *TRACE_TABLES, *LINK_TABLES)
+# So do its link probes: `link_probes` by run_id, `collectives` by probe_id; and its hang
+# captures: `hang_captures` by run_id, the per-rank tables by capture_id.
+ALL_TABLES = (*TABLES, *TRACE_TABLES, *LINK_TABLES, *HANG_TABLES)
 EXPORT_FORMATS = ("parquet", "csv")
 
 
@@ -82,6 +85,13 @@ def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[st
             f"{_reader(probes_file)})").fetchall()
         if clash:
             raise StoreError(f"link probe {clash[0][0]!r}: already in this store")
+    captures_file = _find(directory, "hang_captures")
+    if captures_file is not None:
+        clash = con.execute(
+            f"SELECT capture_id FROM hang_captures WHERE capture_id IN (SELECT capture_id FROM "
+            f"{_reader(captures_file)})").fetchall()
+        if clash:
+            raise StoreError(f"hang capture {clash[0][0]!r}: already in this store")
     con.execute("BEGIN TRANSACTION")
     try:
         for table in ALL_TABLES:
@@ -118,12 +128,15 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: 
     probes = f"SELECT probe_id FROM link_probes WHERE run_id = {_lit(run_id)}"
     for table in ALL_TABLES:
         path = out_dir / f"{table}.{fmt}"
-        if table in ("runs", "traces", "link_probes"):
+        if table in ("runs", "traces", "link_probes", "hang_captures"):
             where, order = f"run_id = {_lit(run_id)}", ""
         elif table in TRACE_TABLES:
             # Event tables: (trace_id, rank, event_id) is each row's place in its file.
             where = f"trace_id IN ({linked})"
             order = " ORDER BY 1, 2" if table == "trace_ranks" else " ORDER BY 1, 2, 3"
+        elif table in HANG_TABLES:
+            captures = f"SELECT capture_id FROM hang_captures WHERE run_id = {_lit(run_id)}"
+            where, order = f"capture_id IN ({captures})", " ORDER BY ALL"
         elif table == "collectives":
             where, order = f"probe_id IN ({probes})", " ORDER BY probe_id, phase, op, bytes, repeat"
         else:
