@@ -429,6 +429,8 @@ def hang(
     if len(given) > 1 or (capture and dumps) or (url and dumps) or not (given or dumps):
         raise _fail("give one of --url URL, --pids P,... (optionally with --dumps DIR), "
                     "--dumps DIR or --capture ID")
+    if capture and run:
+        raise _fail("--run links a new capture; a stored capture keeps the run it was linked to")
     try:
         ref, run_id = capture, None
         if capture is None:

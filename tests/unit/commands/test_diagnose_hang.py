@@ -111,6 +111,7 @@ def _closed_port() -> int:
     (["--dumps", "/nonexistent/dir"], "not a directory"),
     (["--url", "ftp://x"], "expected http://HOST:PORT"),
     (["--capture", "hg-none"], "no such hang capture"),
+    (["--capture", "last", "--run", "last"], "--run links a new capture"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
     db = tmp_path / "s.duckdb"
