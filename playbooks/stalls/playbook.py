@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from playbooks.clocks import cross_node_clocks
 from playbooks.context import RunContext, load_context
 from playbooks.findings import Diagnosis, Evidence
 from playbooks.stalls import prefill as pf
@@ -66,6 +67,9 @@ def diagnose_stalls(con: duckdb.DuckDBPyConnection, run_ref: str,
     diag.context["engine_setup"] = {"model": ctx.setup.model, "gpu": ctx.setup.gpu,
                                     "source": ctx.setup.source}
     diag.context["data_counts"] = ctx.counts
+    diag.context["clocks"], clock_note = cross_node_clocks(con, ctx.run_id)
+    if clock_note is not None:  # the cross-request test compares times across nodes
+        diag.notes.append(clock_note)
     if not ctx.has_steps:
         diag.notes.append("No engine step log: causes are inferred from the client timeline "
                           "alone (record /engine/steps or a profiler trace to confirm them).")
