@@ -3,7 +3,9 @@
 Every pair exchanged the same message, pair after pair within each repeat, so each repeat
 is one snapshot of the whole matrix under the same load. A slow rank makes all its pairs
 slow; a slow link makes one pair slow. Both are judged against peers measured in the same
-repeat (`stats.compare`, paired by repeat), never against an absolute figure:
+run, never against an absolute figure (`stats.compare_levels`: each pair's 25th percentile
+over the repeats, since a burst of load only adds time, with an interval from resampling
+whole repeats):
 
 1. the rank whose pairs have the highest median time is the candidate; its pairs' median per
    repeat is compared with the median of the pairs without it. Slower by the threshold: that
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from probes.links.stats import Comparison, compare
+from probes.links.stats import LEVEL_Q, Comparison, compare_levels
 
 Pair = tuple[int, int]
 
@@ -61,19 +63,19 @@ def analyse_pairs(n: int, pairs: list[Pair], times: np.ndarray, threshold: float
     if len(pairs) < 2 or n < 3:
         return PairVerdict("cannot_tell", f"{n} ranks give {len(pairs)} pair(s): nothing to compare a pair "
                            "with (a slow link between 2 ranks cannot be told from a slow pair of ranks)")
-    med = np.median(times, axis=1)
-    score = {r: float(np.median([med[k] for k, p in enumerate(pairs) if r in p])) for r in range(n)}
+    level = np.quantile(times, LEVEL_Q, axis=1)
+    score = {r: float(np.median([level[k] for k, p in enumerate(pairs) if r in p])) for r in range(n)}
     cand = max(score, key=lambda r: score[r])
     with_c = [k for k, p in enumerate(pairs) if cand in p]
     without = [k for k, p in enumerate(pairs) if cand not in p]
-    rank_cmp = compare(np.median(times[with_c], axis=0), np.median(times[without], axis=0), threshold)
+    rank_cmp = compare_levels(times, with_c, without, threshold)
     rank = cand if rank_cmp.verdict == "a_slower" else None
     ref = without if rank is not None else list(range(len(pairs)))
     cmps: dict[Pair, Comparison] = {}
     for k, p in enumerate(pairs):
         # the reference pair itself (3 ranks: one pair without the rank) is judged against the rest
         others = [j for j in ref if j != k] or [j for j in range(len(pairs)) if j != k]
-        cmps[p] = compare(times[k], np.median(times[others], axis=0), threshold)
+        cmps[p] = compare_levels(times, [k], others, threshold)
     slow = [p for p, c in cmps.items() if c.verdict == "a_slower"]
     unclear = [p for p, c in cmps.items() if c.verdict == "unclear"]
     if rank is not None:

@@ -67,13 +67,43 @@ def compare(a: np.ndarray, b: np.ndarray, threshold: float) -> Comparison:
     r = a / np.maximum(b, 1e-12)
     m = float(np.median(r))
     lo, hi = median_interval(r)
+    return Comparison(_verdict(m, lo, hi, threshold), m, lo, hi, tuple(float(x) for x in r))
+
+
+LEVEL_Q = 0.25   # the quantile over repeats that stands for a pair's time (noise only adds)
+BOOTSTRAP = 400
+
+
+def compare_levels(times: np.ndarray, a: list[int], b: list[int], threshold: float) -> Comparison:
+    """Rows `a` against rows `b` of `times[row, repeat]` (the pair matrix): each row's level is
+    its 25th percentile over the repeats (a burst of load only ever adds time, so a pair's
+    faster repeats are its truest), each side's level the median of its rows' levels. The
+    interval (5-95%) comes from resampling whole repeats, which keeps what one repeat's load
+    did to every pair together. Same verdict rule as `compare`. Deterministic (fixed seed): every
+    rank computes it and must reach the same decision."""
+    times = np.asarray(times, float)
+    if not a or not b or times.shape[1] == 0:
+        raise ValueError("compare_levels needs rows on both sides and at least one repeat")
+
+    def ratio(cols: np.ndarray) -> float:
+        lv = np.quantile(times[:, cols], LEVEL_Q, axis=1)
+        return float(np.median(lv[a]) / max(float(np.median(lv[b])), 1e-12))
+
+    n = times.shape[1]
+    m = ratio(np.arange(n))
+    rng = np.random.default_rng(0)
+    boots = np.array([ratio(rng.integers(0, n, n)) for _ in range(BOOTSTRAP)])
+    lo, hi = float(np.quantile(boots, 0.05)), float(np.quantile(boots, 0.95))
+    per_repeat = np.median(times[a], axis=0) / np.maximum(np.median(times[b], axis=0), 1e-12)
+    return Comparison(_verdict(m, lo, hi, threshold), m, lo, hi, tuple(float(x) for x in per_repeat))
+
+
+def _verdict(m: float, lo: float, hi: float, threshold: float) -> str:
     half = math.sqrt(threshold)
     if m >= threshold and lo > half:
-        v = "a_slower"
-    elif m <= 1 / threshold and hi < 1 / half:
-        v = "b_slower"
-    elif 1 / half <= m <= half and lo > 1 / threshold and hi < threshold:
-        v = "same"
-    else:
-        v = "unclear"
-    return Comparison(v, m, lo, hi, tuple(float(x) for x in r))
+        return "a_slower"
+    if m <= 1 / threshold and hi < 1 / half:
+        return "b_slower"
+    if 1 / half <= m <= half and lo > 1 / threshold and hi < threshold:
+        return "same"
+    return "unclear"

@@ -104,3 +104,19 @@ def test_pair_matrix_with_nothing_slow_and_with_two_ranks() -> None:
     assert v.status == "no_slow_pair" and not v.slow_pairs
     v = analyse_pairs(2, all_pairs(2), np.ones((1, 5)))
     assert v.status == "cannot_tell"
+
+
+def test_a_burst_on_one_ranks_pairs_in_one_repeat_is_not_a_slow_rank() -> None:
+    rng = np.random.default_rng(11)
+    pairs = all_pairs(4)
+    t = np.exp(rng.normal(0, 0.05, (len(pairs), 5)))
+    for k, p in enumerate(pairs):
+        if 0 in p:
+            t[k, 2] *= 5.0  # a neighbour's burst while rank 0's pairs were measured
+    v = analyse_pairs(4, pairs, t)
+    assert v.rank is None and v.slow_pairs == [], v.message
+
+
+def test_pair_levels_are_deterministic_so_every_rank_decides_alike() -> None:
+    t = _pair_times(4, lambda p: 2 in p, 2.0, 0.3, 5, 9)
+    assert analyse_pairs(4, all_pairs(4), t).as_dict() == analyse_pairs(4, all_pairs(4), t.copy()).as_dict()
