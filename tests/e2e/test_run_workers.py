@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ from infbench.loadgen.workloads import Synthetic
 from infbench.loadgen.workloads.build import build_workload
 from infbench.store import open_store
 from tests.e2e.test_run_timing import Case, _check, _get
+from tests.support.cli import ROOT, cli_env
 from tests.support.process import sse_server
 
 pytestmark = pytest.mark.e2e
@@ -197,3 +200,52 @@ def test_a_worker_killed_mid_run_marks_the_run_and_keeps_the_rest(tmp_path: Path
     for pid in killed:  # the killed process was reaped, not left a zombie of ours
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _group_alive(pgid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[2]) == pgid and stat[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_what_they_sent(tmp_path: Path) -> None:
+    """`infbench run --workers 2` in its own process group, Ctrl-C'd (SIGINT to the group, as a
+    terminal sends it) once the server has seen 12 requests: exit 130, the run interrupted with
+    what was received stored, and no process of the group left."""
+    db = tmp_path / "int.duckdb"
+    with sse_server("--ttft-ms", "20", "--itl-ms", "10", "--log-timing") as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "infbench", "run", "--url", url, "--workers", "2", "--arrival", "constant",
+             "--rate", "20", "--duration", "60", "--input-tokens", "32", "--output-tokens", "40",
+             "--db", str(db), "--quiet"],
+            cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while len(_get(f"{url}/_arrivals")) < 12 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    time.sleep(0.5)
+    assert _group_alive(proc.pid) == []
+    con = open_store(db, read_only=True)
+    try:
+        status = con.execute("SELECT status FROM runs").fetchone()[0]
+        stored = con.execute("SELECT count(*), count(DISTINCT worker) FROM requests").fetchone()
+        workers = con.execute("SELECT count(*) FROM run_workers").fetchone()[0]
+    finally:
+        con.close()
+    assert status == "interrupted" and stored[0] >= 12 and stored[1] == 2 and workers == 2
