@@ -24,10 +24,12 @@ from infbench.store.links_schema import LINK_TABLES
 from infbench.store.prometheus_schema import PROMETHEUS_TABLES
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 from infbench.store.trace_schema import TRACE_TABLES
+from infbench.store.workers_schema import WORKERS_TABLE
 
 # Everything keyed by run_id that travels with a run (stored findings, the GPU telemetry
-# sampled or read for it, and where its Prometheus series were pulled from included).
-TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE, *PROMETHEUS_TABLES)
+# sampled or read for it, where its Prometheus series were pulled from, and its workers'
+# shares, losses and clocks included).
+TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE, *PROMETHEUS_TABLES, WORKERS_TABLE)
 # The traces linked to the run travel too: `traces` by run_id, the rest by trace_id.
 # So do its link probes: `link_probes` by run_id, `collectives` by probe_id; and its hang
 # captures: `hang_captures` by run_id, the per-rank tables by capture_id.

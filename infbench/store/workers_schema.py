@@ -22,6 +22,8 @@ WORKERS_MIGRATION_DESCRIPTION = (
     "offset and uncertainty); requests and client_samples carry their worker"
 )
 
+WORKERS_TABLE = "run_workers"
+
 WORKER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_id", "VARCHAR NOT NULL"),
     ("worker", "INTEGER NOT NULL"),        # 0 .. N-1
@@ -45,5 +47,5 @@ WORKER_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 WORKERS_DDL: tuple[str, ...] = (
-    "CREATE TABLE run_workers (\n  " + ",\n  ".join(f"{n} {t}" for n, t in WORKER_COLUMNS) + "\n)",
+    f"CREATE TABLE {WORKERS_TABLE} (\n  " + ",\n  ".join(f"{n} {t}" for n, t in WORKER_COLUMNS) + "\n)",
 )
