@@ -470,7 +470,7 @@ class Runner:
     def flush_rows(self) -> None:
         """Hand the rows recorded so far to the writer (a worker ships them every interval, so
         a worker that dies loses only what it recorded since)."""
-        for buf in (self._chunks, self._requests, self._client):
+        for buf in (self._chunks, self._requests, self._client, self._metrics, self._steps, self._memory):
             self.writer.put_buffer(buf)
 
     def _flush_all(self) -> None:

@@ -83,12 +83,15 @@ def test_two_workers_store_what_one_process_stores_with_its_timing(tmp_path: Pat
                                    sample_interval_s=0.2)
             wl = Synthetic(LengthDist.parse("uniform:40:90", "in"), LengthDist.parse(str(case.tokens), "out"),
                            target.tokens)
-            results[n] = execute_run(settings, wl, tmp_path / f"w{n}.duckdb", {"workers": n}, scale=_scale(n))
+            config = {"arrivals": {"kind": "closed", "concurrency": case.streams}}  # as the CLI stores it
+            results[n] = execute_run(settings, wl, tmp_path / f"w{n}.duckdb", config, scale=_scale(n))
         logs = {name: _get(f"{url}/_{name}") for name in ("log", "arrivals", "tail")}
     for n, r in results.items():
         assert r.status.status == "completed" and r.summary["completed"] == case.streams * 2, (n, r.summary["errors"])
     one, two = _rows(tmp_path / "w1.duckdb"), _rows(tmp_path / "w2.duckdb")
     assert one == two and len(one) == case.streams * 2
+    # The gate pairs the two runs request by request: the same workload, by its fingerprint.
+    assert results[1].summary["workload_fingerprint"] == results[2].summary["workload_fingerprint"]
     w = results[2].summary["workers"]
     assert [p["stored_requests"] for p in w["per_worker"]] == [case.streams, case.streams]
     assert all(p["clock_shared"] and abs(p["clock_offset_ns"]) <= p["clock_uncertainty_ns"] for p in w["per_worker"])
@@ -109,6 +112,7 @@ def test_two_workers_store_what_one_process_stores_with_its_timing(tmp_path: Pat
 def test_conversations_stay_on_one_worker_and_match_one_process(tmp_path: Path) -> None:
     """Open loop (Poisson, 12/s, capped at 6 in flight) of 3-turn conversations over three
     workers: each conversation's turns on one worker, the same turns, lengths and tokens."""
+    fingerprints: set[str] = set()
     with sse_server("--ttft-ms", "8", "--itl-ms", "3") as url:
         target = asyncio.run(preflight(url, "chat", None, None))
         for n in (1, 3):
@@ -121,6 +125,7 @@ def test_conversations_stay_on_one_worker_and_match_one_process(tmp_path: Path) 
                                    num_requests=36, seed=5, prompt_salt=None)
             r = execute_run(settings, wl, tmp_path / f"m{n}.duckdb", {"workers": n}, scale=_scale(n))
             assert r.status.status == "completed" and r.summary["completed"] == 36, r.summary["errors"]
+            fingerprints.add(r.summary["workload_fingerprint"])
 
     def by_turn(db: Path) -> list[tuple[Any, ...]]:
         con = open_store(db, read_only=True)
@@ -131,6 +136,7 @@ def test_conversations_stay_on_one_worker_and_match_one_process(tmp_path: Path) 
             con.close()
 
     assert by_turn(tmp_path / "m1.duckdb") == by_turn(tmp_path / "m3.duckdb")
+    assert len(fingerprints) == 1  # same schedule (intended first-turn times) and lengths
     con = open_store(tmp_path / "m3.duckdb", read_only=True)
     try:
         split = con.execute("SELECT conversation_id, count(DISTINCT worker) FROM requests GROUP BY 1 "
