@@ -1,6 +1,8 @@
 """What one replica does to the fleet's tail: the fleet p99 with and without its requests, and
 its share of the requests above the fleet p99 against its share of all requests (a replica
-with a third of the traffic and nine tenths of the slow requests is the tail)."""
+with a third of the traffic and nine tenths of the slow requests is the tail). The same at
+p90: a short run has few requests above its p99 (2 of 150), where one host hiccup on a
+healthy replica decides the share; the p90 share rests on ten times as many."""
 
 from __future__ import annotations
 
@@ -18,13 +20,17 @@ WITH l AS (
   FROM requests r JOIN request_latency x USING (run_id, request_idx)
   WHERE r.run_id = $run_id AND r.phase = 'measure' AND r.error_class IS NULL
     AND r.replica IS NOT NULL AND x.{col} IS NOT NULL
-), p AS (SELECT quantile_cont(v, 0.99) AS p99 FROM l)
+), p AS (SELECT quantile_cont(v, 0.99) AS p99, quantile_cont(v, 0.9) AS p90 FROM l)
 SELECT any_value(p.p99) AS fleet_p99,
        (SELECT quantile_cont(v, 0.99) FROM l WHERE replica <> $replica) AS p99_without,
        count(*) FILTER (replica = $replica) / count(*) AS share_of_requests,
        count(*) FILTER (replica = $replica AND v > p.p99)
          / nullif(count(*) FILTER (v > p.p99), 0) AS share_above_p99,
-       count(*) FILTER (v > p.p99) AS above_p99
+       count(*) FILTER (v > p.p99) AS above_p99,
+       any_value(p.p90) AS fleet_p90,
+       (SELECT quantile_cont(v, 0.9) FROM l WHERE replica <> $replica) AS p90_without,
+       count(*) FILTER (replica = $replica AND v > p.p90)
+         / nullif(count(*) FILTER (v > p.p90), 0) AS share_above_p90
 FROM l, p
 """
 
@@ -38,6 +44,9 @@ class TailEffect:
     share_above_p99: float | None
     above_p99: int
     sql: str
+    fleet_p90_ms: float | None = None
+    p90_without_ms: float | None = None
+    share_above_p90: float | None = None
 
     @property
     def p99_reduction(self) -> float | None:
@@ -49,5 +58,6 @@ class TailEffect:
 
 def tail_effect(con: duckdb.DuckDBPyConnection, run_id: str, replica: str, metric: str) -> TailEffect:
     sql, rows = fetch(con, TAIL_SQL.replace("{col}", METRICS[metric]), run_id=run_id, replica=replica)
-    p99, without, share, above_share, above = rows[0] if rows else (None,) * 5
-    return TailEffect(metric, p99, without, share, above_share, int(above or 0), sql)
+    p99, without, share, above_share, above, p90, without90, above90 = rows[0] if rows else (None,) * 8
+    return TailEffect(metric, p99, without, share, above_share, int(above or 0), sql, p90, without90,
+                      above90)

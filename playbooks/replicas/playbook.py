@@ -149,6 +149,8 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
     if tail.share_above_p99 is not None and tail.share_of_requests:
         tail_txt = (f"It served {tail.share_of_requests:.0%} of the requests and "
                     f"{tail.share_above_p99:.0%} of those above the fleet's p99 {METRIC_WORDS[tail.metric]}"
+                    + (f" ({tail.share_above_p90:.0%} of those above its p90)"
+                       if tail.share_above_p90 is not None else "")
                     + (f"; without it the fleet p99 would be {tail.p99_reduction:.0%} lower "
                        f"({tail.fleet_p99_ms:.1f} -> {tail.p99_without_ms:.1f} ms)."
                        if tail.p99_reduction is not None else "."))
@@ -156,7 +158,8 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
     cause_txt = (f" Telemetry: {cause.detail}." if cause else
                  " Its GPU telemetry shows nothing its peers do not." if walk.has_telemetry else
                  " No GPU telemetry was recorded for it.")
-    big = (tail.share_above_p99 or 0) >= 0.5 or (tail.p99_reduction or 0) >= 0.2
+    big = ((tail.share_above_p99 or 0) >= 0.5 or (tail.p99_reduction or 0) >= 0.2
+           or (tail.share_above_p90 or 0) >= 0.6)
     ev = _cmp_evidence(v, z, obs)
     for m, t in tails.items():
         ev.append(Evidence(f"fleet_p99_{m}", {
@@ -164,7 +167,11 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
             "p99_without_replica_ms": None if t.p99_without_ms is None else round(t.p99_without_ms, 3),
             "share_of_requests": None if t.share_of_requests is None else round(t.share_of_requests, 4),
             "share_above_fleet_p99": None if t.share_above_p99 is None else round(t.share_above_p99, 4),
-            "requests_above_fleet_p99": t.above_p99}, t.sql,
+            "requests_above_fleet_p99": t.above_p99,
+            "fleet_p90_ms": None if t.fleet_p90_ms is None else round(t.fleet_p90_ms, 3),
+            "p90_without_replica_ms": None if t.p90_without_ms is None else round(t.p90_without_ms, 3),
+            "share_above_fleet_p90": None if t.share_above_p90 is None else round(t.share_above_p90, 4)},
+            t.sql,
             f"{METRIC_WORDS.get(m, m)} of measured, successful requests"))
     # Clear when even the interval's low end keeps half the estimated slowdown.
     lo = c.interval(z)

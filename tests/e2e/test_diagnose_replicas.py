@@ -1,7 +1,7 @@
 """Fleet runs and `infbench diagnose replicas` against real reference engines on loopback.
 
 Four sim engines: three healthy, one whose GPU is thermally throttled (`throttle` fault: SM
-clock 1000 of 1980 MHz, the clock-event reason and the heat on its dcgm-named /metrics).
+clock 700 of 1980 MHz, the clock-event reason and the heat on its dcgm-named /metrics).
 Three fleet runs of three replicas each, through the CLI:
 - healthy, healthy, throttled, round robin: the throttled replica is named slower at equal
   load, with its share of the fleet's p99 and the cause from its telemetry;
@@ -26,9 +26,9 @@ from tests.support.cli import infbench
 
 pytestmark = pytest.mark.e2e
 
-THROTTLE = ("--fault", "throttle:reason=thermal,sm_clock_mhz=1000")
+THROTTLE = ("--fault", "throttle:reason=thermal,sm_clock_mhz=700")
 LOAD = ("--rate", "30", "--num-requests", "150", "--input-tokens", "uniform:128:512",
-        "--output-tokens", "uniform:16:64", "--seed", "3", "--quiet", "--json")
+        "--output-tokens", "uniform:32:96", "--seed", "3", "--quiet", "--json")
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +93,15 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
     try:
         per = dict(con.execute("SELECT replica, count(*) FROM requests GROUP BY 1").fetchall())
         conc = con.execute("SELECT min(replica_concurrency) FROM requests").fetchone()
-        gpu = dict(con.execute("SELECT instance, median(sm_clock_mhz) FROM gpu_samples "
-                               "GROUP BY 1").fetchall())
+        gpu = dict(con.execute("SELECT instance, median(sm_clock_mhz) FROM gpu_samples WHERE "
+                               "clock_event_names NOT LIKE '%gpu_idle%' GROUP BY 1").fetchall())
         steps = dict(con.execute("SELECT replica, count(*) FROM engine_steps GROUP BY 1").fetchall())
         sources = con.execute("SELECT DISTINCT instance, source FROM gpu_samples ORDER BY 1, 2").fetchall()
     finally:
         con.close()
     assert per == {"a": 50, "b": 50, "c": 50}
     assert conc is not None and conc[0] >= 1
-    assert gpu["c"] == pytest.approx(1000, abs=1) and gpu["a"] > 1900  # telemetry per replica
+    assert gpu["c"] == pytest.approx(700, abs=1) and gpu["a"] > 1900  # telemetry per replica, busy
     assert set(steps) == {"a", "b", "c"}
     assert sources == [("a", "engine"), ("b", "engine"), ("c", "dcgm"), ("c", "engine")]
     assert fleet["replicas"][2]["scrapes"]["gpu_metrics"] > 0
@@ -111,12 +111,28 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
     slow = by["replica_slower"]
     assert slow["title"].startswith("Replica c ")
     assert [r["replica"] for r in diag["context"]["replicas"] if r["slower"]] == ["c"]
-    tail = {e["name"]: e["values"] for e in slow["evidence"]}
-    assert tail["fleet_p99_tpot"]["share_above_fleet_p99"] >= 0.5  # a third of requests, most of the tail
-    assert tail["fleet_p99_tpot"]["p99_without_replica_ms"] < tail["fleet_p99_tpot"]["fleet_p99_ms"]
+    tail = {e["name"]: e["values"] for e in slow["evidence"]}["fleet_p99_tpot"]
+    # Its share of the fleet's p99 as the store has it (2 of 150 requests are above a p99, so
+    # one host hiccup on a healthy replica decides that share; the p90 share is the robust one).
+    con = open_store(db, read_only=True)
+    try:
+        above = con.execute(
+            "WITH l AS (SELECT q.replica, x.tpot_ms AS v FROM requests q JOIN request_latency x "
+            "USING (run_id, request_idx) WHERE q.error_class IS NULL AND x.tpot_ms IS NOT NULL) "
+            "SELECT count(*) FILTER (replica = 'c') / count(*) FROM l "
+            "WHERE v > (SELECT quantile_cont(v, 0.99) FROM l)").fetchone()[0]
+    finally:
+        con.close()
+    assert tail["share_above_fleet_p99"] == pytest.approx(above, abs=1e-4)
+    # Over-represented in the tail: more of the slowest tenth than of all requests (a third).
+    # Not "all of it": on a loaded host a healthy engine descheduled mid-request also lands
+    # requests there (0.47 was seen at load average 13 on 2 cores; 1.0 when quiet).
+    assert tail["share_above_fleet_p90"] > tail["share_of_requests"]
+    assert tail["p90_without_replica_ms"] < tail["fleet_p90_ms"]
+    assert "of those above the fleet's p99" in slow["summary"]
     assert all(e["sql"] for e in slow["evidence"])
     cause = by["gpu_thermal_throttle"]
-    assert "1,000 of 1,980 MHz" in cause["title"] and "sw_thermal_slowdown" in cause["title"]
+    assert "700 of 1,980 MHz" in cause["title"] and "sw_thermal_slowdown" in cause["title"]
     assert diag["findings"][0]["verdict"] == "replica_slower"  # the slowdown first, then its cause
 
 
