@@ -37,15 +37,33 @@ def open_store(
         raise StoreError(f"{path}: no such store (run `infbench run --db {path}` first)")
     try:
         con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:
+    # IOException: another process holds the file; ConnectionException: this one does.
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
         first = str(exc).splitlines()[0]
         raise StoreError(f"{path}: cannot open the store ({first})") from exc
     try:
         _migrate(con, path, migrations, read_only)
+    except _OlderSchema as older:
+        # A reading command on a store an older infbench wrote: migrate it once (additive,
+        # in one transaction), then read. Upgrading infbench must not make `runs` fail.
+        con.close()
+        try:
+            open_store(path, migrations=migrations).close()
+        except StoreError as exc:
+            raise StoreError(
+                f"{path}: schema version {older.version} is older than {older.latest} and "
+                f"could not be migrated: {str(exc).removeprefix(f'{path}: ')}") from exc
+        return open_store(path, read_only=True, migrations=migrations)
     except BaseException:
         con.close()
         raise
     return con
+
+
+class _OlderSchema(Exception):
+    def __init__(self, version: int, latest: int) -> None:
+        super().__init__(version, latest)
+        self.version, self.latest = version, latest
 
 
 def _migrate(
@@ -63,10 +81,7 @@ def _migrate(
     if version == latest:
         return
     if read_only:
-        raise StoreError(
-            f"{path}: schema version {version} is older than {latest}; open it once "
-            "without read-only (e.g. `infbench runs --db FILE`) to migrate it"
-        )
+        raise _OlderSchema(version, latest)
     # All pending migrations apply in one transaction: a failure leaves the file as it was.
     con.execute("BEGIN TRANSACTION")
     try:

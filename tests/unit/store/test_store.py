@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -72,12 +74,34 @@ def test_newer_schema_is_refused_with_what_to_do(tmp_path: Path) -> None:
         open_store(path)
 
 
-def test_read_only_open_of_old_schema_says_how_to_migrate(tmp_path: Path) -> None:
+def test_read_only_open_of_old_schema_migrates_it_first(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     open_store(path).close()
     v_next = Migration(SCHEMA_VERSION + 1, "next", ("CREATE TABLE later (x INT)",))
-    with pytest.raises(StoreError, match="migrate"):
-        open_store(path, read_only=True, migrations=(*MIGRATIONS, v_next))
+    con = open_store(path, read_only=True, migrations=(*MIGRATIONS, v_next))
+    assert schema_version(con) == SCHEMA_VERSION + 1
+    with pytest.raises(duckdb.Error):  # and what the reader got is read-only
+        con.execute("INSERT INTO later VALUES (1)")
+    con.close()
+
+
+def test_read_only_old_schema_that_cannot_be_written_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    open_store(path).close()
+    v_next = Migration(SCHEMA_VERSION + 1, "next", ("CREATE TABLE later (x INT)",))
+    # Another process reads it: no writer can open the file until it lets go.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1], "
+         "read_only=True); print('held', flush=True); time.sleep(60)", str(path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreError, match="older than .* could not be migrated"):
+            open_store(path, read_only=True, migrations=(*MIGRATIONS, v_next))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert schema_version(open_store(path)) == SCHEMA_VERSION  # untouched: still the old one
 
 
 def test_foreign_duckdb_file_is_refused(tmp_path: Path) -> None:
