@@ -67,7 +67,8 @@ def client(url: str, requests: int, interval_s: float | None) -> tuple[float, fl
     finally:
         rows = probe.stop() if probe is not None else []
     assert r["errors"] == 0, r
-    return r["content_chunks"] / r["wall_s"], 1e6 * r["cpu_s"] / r["content_chunks"], len(rows)
+    share = probe.periodic.cpu_s / r["cpu_s"] if probe is not None else 0.0
+    return r["content_chunks"] / r["wall_s"], 1e6 * r["cpu_s"] / r["content_chunks"], len(rows), share
 
 
 def compare(url: str, rounds: int, requests: int, interval_s: float) -> tuple[list[str], float, float]:
@@ -82,11 +83,11 @@ def compare(url: str, rounds: int, requests: int, interval_s: float) -> tuple[li
     lines = [f"### Probe every {interval_s:g} s ({what}), 8 GPUs; {STREAMS} streams x {TOKENS} tokens, "
              f"{requests} requests per client run\n",
              "| round | order | chunks/s without | chunks/s with | ratio | CPU µs/chunk without | CPU µs/chunk with "
-             "| ratio | GPU rows sampled |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| ratio | GPU rows sampled | probe thread's CPU / the run's CPU |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for i, (off, on, order) in enumerate(data, 1):
         lines.append(f"| {i} | {order} | {off[0]:,.0f} | {on[0]:,.0f} | {on[0] / off[0]:.3f} | {off[1]:.2f} | "
-                     f"{on[1]:.2f} | {on[1] / off[1]:.3f} | {on[2]} |")
+                     f"{on[1]:.2f} | {on[1] / off[1]:.3f} | {on[2]} | {100 * on[3]:.3f}% |")
     # The second run of a round is often the faster one whatever it is (the machine's load
     # moves on the scale of a run): rounds alternate the order, and the geometric mean of
     # the ratios over an even number of rounds weighs both orders alike, cancelling that.
@@ -98,6 +99,11 @@ def compare(url: str, rounds: int, requests: int, interval_s: float) -> tuple[li
                  f"({(g_cpu - 1) * 100:+.1f}%; median {np.median(cpu):.3f}, rounds {cpu.min():.3f}-{cpu.max():.3f}). "
                  f"The second run of a round was faster than the first by {np.exp(np.log(second).mean()):.3f}x "
                  "(geometric mean), whichever it was.\n")
+    shares = np.array([on[3] for _, on, _ in data])
+    lines.append(f"The probe's thread used **{100 * np.median(shares):.3f}%** of the process's CPU time during the "
+                 f"runs with it (median; max {100 * shares.max():.3f}%), measured on its own thread clock: the "
+                 "share of the client's CPU-bound ceiling it can take, read in the same runs and free of the "
+                 "machine's load noise.\n")
     return lines, g_rate, g_cpu
 
 

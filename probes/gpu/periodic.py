@@ -32,6 +32,7 @@ class PeriodicSampler:
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
         self.samples = 0
+        self.cpu_s = 0.0  # CPU time the sampling thread used (its own clock): the probe's cost
 
     def start(self) -> None:
         if self._thread is not None:
@@ -40,6 +41,13 @@ class PeriodicSampler:
         self._thread.start()
 
     def _loop(self) -> None:
+        cpu0 = time.thread_time()
+        try:
+            self._run()
+        finally:
+            self.cpu_s = time.thread_time() - cpu0
+
+    def _run(self) -> None:
         due = self._clock()
         while not self._stop.is_set():
             now = self._clock()

@@ -112,4 +112,4 @@ def store_after_run(probe: GpuRunProbe | None, db: str | Path, run_id: str) -> d
         con.close()
     gpus = len({r.get("gpu") for r in probe.stop()})
     return {"samples": rows, "gpus": gpus, "interval_s": probe.periodic.interval_s,
-            "errors": list(probe.errors)}
+            "cpu_s": round(probe.periodic.cpu_s, 4), "errors": list(probe.errors)}

@@ -62,3 +62,18 @@ def test_bad_interval_and_axis() -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         PeriodicSampler(lambda t: [], 0)
     assert to_run_axis([{"t_ns": 1500, "gpu": 0}], 1000) == [{"t_ns": 500, "gpu": 0}]
+
+
+def test_the_thread_counts_its_own_cpu_time() -> None:
+    def busy(t: int) -> list[dict]:
+        end = time.thread_time() + 0.01  # 10 ms of CPU per sample, on this thread's clock
+        while time.thread_time() < end:
+            pass
+        return []
+
+    p = PeriodicSampler(busy, 0.05)
+    p.start()
+    time.sleep(0.4)
+    p.stop()
+    assert p.samples >= 3
+    assert 0.01 * p.samples <= p.cpu_s < 0.01 * p.samples + 0.05
