@@ -255,3 +255,21 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_they_sent(tmp_path: Path) -> N
     finally:
         con.close()
     assert status == "interrupted" and stored[0] >= 12 and stored[1] == 2 and workers == 2
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--workers", "2", "--metrics-port", "0"], "error: workers: --metrics-port (the live exposition is one process's)"),
+    (["--workers", "2", "--url", "http://127.0.0.1:2"], "error: workers: --metrics-port"),
+    (["--workers", "3", "--arrival", "closed", "--concurrency", "2"],
+     "error: workers: --concurrency 2 (slots) cannot be split across 3 workers"),
+    (["--ray", "127.0.0.1:9"], "error: ray: nothing answers at 127.0.0.1:9"),
+    (["--workers", "0"], "error: workers: must be >= 1, not 0"),
+])
+def test_what_workers_cannot_do_is_refused_in_one_line(tmp_path: Path, extra: list[str], message: str) -> None:
+    """Before anything is sent: one line naming what was wrong, exit 2, no traceback."""
+    with sse_server() as url:
+        r = subprocess.run([sys.executable, "-m", "infbench", "run", "--url", url, "--num-requests", "4",
+                            "--db", str(tmp_path / "x.duckdb"), *extra], cwd=ROOT, env=cli_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith(message), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -78,9 +79,23 @@ class WorkerActor:
         self._control.stop(reason)
 
 
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A head that is not there is refused at once: `ray.init` would retry for minutes."""
+    if "://" in address or address == "auto":
+        return  # a Ray Client URL or the local cluster: Ray resolves it
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"ray: {address!r} is not HOST:PORT of a Ray head")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ValueError(f"ray: nothing answers at {address} ({exc.strerror or exc})") from None
+
+
 def connect(address: str) -> list[dict[str, Any]]:
     """Join the cluster at `address`; its alive nodes, in a stable order (ValueError if none)."""
     ray = _ray()
+    _check_reachable(address)
     try:
         ray.init(address=address, log_to_driver=False, ignore_reinit_error=True,
                  include_dashboard=False, configure_logging=False)
