@@ -198,9 +198,14 @@ class Coordinator:
             st.reason = str(msg[2])
 
     def _sum_stats(self) -> None:
+        """The progress display's counters, summed over workers; requests finished since the
+        last report are stamped now, so its rate (over seconds) is right to the ship interval."""
         live = [s.progress for s in self.workers]
+        finished = self.stats.done + self.stats.errors
         for name in ("sent", "done", "errors", "in_flight"):
             setattr(self.stats, name, sum(p.get(name, 0) for p in live))
+        now = time.monotonic_ns()
+        self.stats.recent_done_ns.extend([now] * max(0, self.stats.done + self.stats.errors - finished))
 
     def _outcome(self) -> RunOutcome:
         done = [s.outcome for s in self.workers if s.outcome is not None]
