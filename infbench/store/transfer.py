@@ -47,6 +47,16 @@ def _reader(path: Path) -> str:
     return f"read_csv({_lit(str(path))}, header = true, auto_detect = true)"
 
 
+# Tables whose ids an import must not duplicate: (table, id column, what the message calls it).
+# Their child tables are keyed by these ids, so refusing here keeps every child row's parent
+# unambiguous.
+_UNIQUE_IDS = (
+    ("traces", "trace_id", "trace"),
+    ("link_probes", "probe_id", "link probe"),
+    ("hang_captures", "capture_id", "hang capture"),
+)
+
+
 def _find(directory: Path, table: str) -> Path | None:
     for ext in (".parquet", ".csv"):
         p = directory / f"{table}{ext}"
@@ -73,27 +83,15 @@ def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[st
         "SELECT run_id FROM runs WHERE list_contains(?, run_id)", [run_ids]).fetchall()
     if clash:
         raise StoreError(f"run {clash[0][0]!r}: already in this store")
-    traces_file = _find(directory, "traces")
-    if traces_file is not None:
+    for table, key, what in _UNIQUE_IDS:
+        path = _find(directory, table)
+        if path is None:
+            continue
         clash = con.execute(
-            f"SELECT trace_id FROM traces WHERE trace_id IN (SELECT trace_id FROM "
-            f"{_reader(traces_file)})").fetchall()
+            f"SELECT {key} FROM {table} WHERE {key} IN (SELECT {key} FROM {_reader(path)})"
+        ).fetchall()
         if clash:
-            raise StoreError(f"trace {clash[0][0]!r}: already in this store")
-    probes_file = _find(directory, "link_probes")
-    if probes_file is not None:
-        clash = con.execute(
-            f"SELECT probe_id FROM link_probes WHERE probe_id IN (SELECT probe_id FROM "
-            f"{_reader(probes_file)})").fetchall()
-        if clash:
-            raise StoreError(f"link probe {clash[0][0]!r}: already in this store")
-    captures_file = _find(directory, "hang_captures")
-    if captures_file is not None:
-        clash = con.execute(
-            f"SELECT capture_id FROM hang_captures WHERE capture_id IN (SELECT capture_id FROM "
-            f"{_reader(captures_file)})").fetchall()
-        if clash:
-            raise StoreError(f"hang capture {clash[0][0]!r}: already in this store")
+            raise StoreError(f"{what} {clash[0][0]!r}: already in this store")
     con.execute("BEGIN TRANSACTION")
     try:
         for table in ALL_TABLES:
