@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import duckdb
 
 from playbooks.findings import Evidence
-from playbooks.sql import fetch
+from playbooks.sql import fetch, literal
 
 ORDER = ("clocks", "power_thermal", "pcie", "errors")
 # Clock-event reasons that slow a busy GPU (NVML's names, as gpu_samples decodes them);
@@ -30,14 +30,25 @@ LIMIT_DROP = 0.05        # a limit this much lower than the peers'
 HOTTER_C = 10.0
 REASON_SHARE = 0.2       # a slowdown reason in at least this share of the replica's samples
 
-# One row per instance: medians under load (samples flagged idle left out where others exist).
+# Telemetry names its GPU's host as it was scraped: the replica's name (a fleet run's own
+# scrape), or its host:port (a Prometheus pull's `instance` label, a dcgm-exporter's port).
+# `alias` maps those to the replica; {aliases} is a VALUES list of (instance, replica).
+_SAMPLES = """
+alias(instance, replica) AS ({aliases}),
+g AS (
+  SELECT coalesce(a.replica, s.instance) AS replica, s.* EXCLUDE (instance)
+  FROM gpu_samples s LEFT JOIN alias a USING (instance)
+  WHERE s.run_id = $run_id AND s.instance IS NOT NULL
+)"""
+
+# One row per replica: medians under load (samples flagged idle left out where others exist).
 SUMMARY_SQL = """
-WITH s AS (
+WITH """ + _SAMPLES + """, s AS (
   SELECT *, coalesce(clock_event_names, '') LIKE '%gpu_idle%' AS idle,
-         bool_and(coalesce(clock_event_names, '') LIKE '%gpu_idle%') OVER (PARTITION BY instance) AS all_idle
-  FROM gpu_samples WHERE run_id = $run_id AND instance IS NOT NULL
+         bool_and(coalesce(clock_event_names, '') LIKE '%gpu_idle%') OVER (PARTITION BY replica) AS all_idle
+  FROM g
 )
-SELECT instance, count(*) AS samples,
+SELECT replica AS instance, count(*) AS samples,
        median(sm_clock_mhz) AS sm_clock_mhz, max(sm_clock_max_mhz) AS sm_clock_max_mhz,
        median(sm_clock_mhz / nullif(sm_clock_max_mhz, 0)) AS sm_clock_fraction,
        median(mem_clock_mhz / nullif(mem_clock_max_mhz, 0)) AS mem_clock_fraction,
@@ -53,17 +64,17 @@ SELECT instance, count(*) AS samples,
        max(ecc_uncorrected) AS ecc_uncorrected,
        max(ecc_corrected) - min(ecc_corrected) AS ecc_corrected_added
 FROM s WHERE NOT idle OR all_idle
-GROUP BY instance ORDER BY instance
+GROUP BY replica ORDER BY replica
 """
 
 REASONS_SQL = """
-SELECT instance, reason, count(*) AS samples,
+WITH """ + _SAMPLES + """
+SELECT replica AS instance, reason, count(*) AS samples,
        count(*) / any_value(n) AS share
-FROM (SELECT instance, clock_event_names, count(*) OVER (PARTITION BY instance) AS n
-      FROM gpu_samples WHERE run_id = $run_id AND instance IS NOT NULL),
+FROM (SELECT replica, clock_event_names, count(*) OVER (PARTITION BY replica) AS n FROM g),
      unnest(string_split(coalesce(clock_event_names, ''), ',')) AS t(reason)
 WHERE reason <> ''
-GROUP BY instance, reason ORDER BY instance, samples DESC
+GROUP BY replica, reason ORDER BY replica, samples DESC
 """
 
 
@@ -101,15 +112,25 @@ def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(float(v), nd)
 
 
-def hardware_walk(con: duckdb.DuckDBPyConnection, run_id: str, replica: str, peers: list[str]) -> Walk:
-    sql, rows = fetch(con, SUMMARY_SQL, run_id=run_id)
+def _aliases(aliases: dict[str, str] | None) -> str:
+    pairs = sorted((aliases or {}).items())
+    if not pairs:
+        return "SELECT NULL::VARCHAR, NULL::VARCHAR WHERE false"
+    return "VALUES " + ", ".join(f"({literal(i)}, {literal(r)})" for i, r in pairs)
+
+
+def hardware_walk(con: duckdb.DuckDBPyConnection, run_id: str, replica: str, peers: list[str],
+                  aliases: dict[str, str] | None = None) -> Walk:
+    """`aliases`: other names the replicas' telemetry may carry (host:port) -> replica."""
+    alias_sql = _aliases(aliases)
+    sql, rows = fetch(con, SUMMARY_SQL.replace("{aliases}", alias_sql), run_id=run_id)
     cols = ("instance", "samples", "sm_clock_mhz", "sm_clock_max_mhz", "sm_clock_fraction",
             "mem_clock_fraction", "power_w", "power_limit_w", "power_fraction", "temperature_c",
             "max_temperature_c", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max",
             "pcie_replays_added", "max_xid", "xids", "ecc_uncorrected_added", "ecc_uncorrected",
             "ecc_corrected_added")
     by = {r[0]: dict(zip(cols, r, strict=True)) for r in rows}
-    rsql, rrows = fetch(con, REASONS_SQL, run_id=run_id)
+    rsql, rrows = fetch(con, REASONS_SQL.replace("{aliases}", alias_sql), run_id=run_id)
     reasons: dict[str, dict[str, float]] = {}
     for inst, reason, _n, share in rrows:
         reasons.setdefault(inst, {})[reason] = float(share)

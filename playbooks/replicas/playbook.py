@@ -9,6 +9,7 @@ telemetry against its peers' (clocks and throttle reasons, power and thermal, PC
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass, field
 
 import duckdb
@@ -66,10 +67,11 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
     if not arow or not arow[0]:  # no request knows its replica: a one-URL run
         diag.findings.append(_unknown_replica(ctx.config, options, asql, arow))
         return diag
+    aliases = _aliases(fleet)
     failing, esql = failing_replicas(con, ctx.run_id)
     for e in failing:
         peers = [r for r in obs.replicas if r != e.replica] or [r for r in order if r != e.replica]
-        diag.findings.append(_failing(e, esql, hardware_walk(con, ctx.run_id, e.replica, peers)))
+        diag.findings.append(_failing(e, esql, hardware_walk(con, ctx.run_id, e.replica, peers, aliases)))
     if len(obs.replicas) < 2:
         diag.notes.append(f"{len(obs.replicas)} replica(s) with successful measured requests: "
                           "no latency comparison at matched load")
@@ -87,13 +89,25 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
     for v in verdicts:
         if v.slower:
             tails = {m: tail_effect(con, ctx.run_id, v.replica, m) for m in ("ttft", "tpot", "e2e")}
-            walk = hardware_walk(con, ctx.run_id, v.replica, v.peers)
+            walk = hardware_walk(con, ctx.run_id, v.replica, v.peers, aliases)
             slower = _slower(v, z, tails, walk, obs, options)
             diag.findings.append(slower)
             diag.findings.append(_hardware(v, walk, slower))
         elif v.busier:
             diag.findings.append(_busier(v, z, obs, options))
     return diag
+
+
+def _aliases(fleet: dict) -> dict[str, str]:
+    """host:port of each replica's URL and dcgm-exporter -> its name (a Prometheus pull names
+    a series by the scrape target's host:port)."""
+    out: dict[str, str] = {}
+    for r in fleet.get("replicas", []):
+        for key in ("url", "gpu_metrics_url"):
+            netloc = urllib.parse.urlsplit(str(r.get(key) or "")).netloc
+            if netloc and r.get("name") and netloc != r["name"]:
+                out.setdefault(netloc, str(r["name"]))
+    return out
 
 
 def _pct(x: float) -> str:

@@ -103,3 +103,16 @@ def test_no_samples_for_the_replica(con) -> None:
     _write(con, {"a": {}, "b": {}})
     walk = hardware_walk(con, RUN, "c", ["a", "b"])
     assert not walk.has_telemetry and walk.cause is None and walk.peers_with_telemetry == 2
+
+
+def test_telemetry_named_by_host_port_is_mapped_to_its_replica(con) -> None:
+    """A Prometheus pull names a series by its scrape target (host:port), not the replica."""
+    _write(con, {"a": {}, "10.0.0.2:9400": {}, "10.0.0.3:9400": {"pcie_gen": 3, "pcie_width": 8}})
+    aliases = {"10.0.0.2:9400": "b", "10.0.0.3:9400": "c"}
+    walk = hardware_walk(con, RUN, "c", ["a", "b"], aliases)
+    assert walk.has_telemetry and walk.peers_with_telemetry == 2
+    assert walk.cause.verdict == "pcie_link_degraded"
+    assert not hardware_walk(con, RUN, "c", ["a", "b"]).has_telemetry  # without the map: unknown
+    # the evidence's SQL, as shown, reruns on its own and names the replicas
+    rows = con.execute(walk.checks[0].evidence.sql.split(";\n")[0]).fetchall()
+    assert [r[0] for r in rows] == ["a", "b", "c"]
