@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from infbench.cli import app
-from infbench.commands import diagnose as diagnose_cmd
+from infbench.commands.diagnose import session as diagnose_session
 from infbench.store import StoreError, open_store
 from infbench.store.findings import load_diagnoses
 from tests.support.synthetic_runs import write_timeline
@@ -59,7 +59,7 @@ def test_unwritable_store_is_diagnosed_and_says_it_was_not_saved(
             raise StoreError(f"{path}: cannot open the store (Permission denied)")
         return open_store(path, read_only=True)
 
-    monkeypatch.setattr(diagnose_cmd, "open_store", open_read_only_only)
+    monkeypatch.setattr(diagnose_session, "open_store", open_read_only_only)
     r = runner.invoke(app, ["diagnose", "stalls", "last", "--db", str(db)])
     assert r.exit_code == 0
     assert "periodic_engine_stall" in r.stdout

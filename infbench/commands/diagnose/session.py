@@ -1,0 +1,66 @@
+"""The path every playbook verb shares: open the store, diagnose, keep the findings with the
+run, show them (or JSON)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import typer
+
+from infbench.commands.diagnose.show import print_diagnosis
+from infbench.console import make_console, print_error, print_warning
+from infbench.store import StoreError, open_store
+from infbench.store.findings import save_diagnosis
+from playbooks import Diagnosis
+
+
+def fail(message: str) -> typer.Exit:
+    print_error(message)
+    return typer.Exit(2)
+
+
+def _open(db: Path, save: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """Writable when saving (an older file is migrated); a store that cannot be opened for
+    writing is still diagnosed read-only, and the reason it will not be saved comes back.
+    The caller owns and closes the connection."""
+    if not save or not db.exists():  # a missing file must not be created by a diagnosis
+        return open_store(db, read_only=True), None
+    try:
+        return open_store(db), None
+    except StoreError as exc:
+        return open_store(db, read_only=True), str(exc)
+
+
+def run_playbook(run: Callable[[duckdb.DuckDBPyConnection], Diagnosis], db: Path, save: bool,
+                  json_out: bool, sql: bool, *, report_hint: bool) -> None:
+    """Diagnose, keep the findings with the run unless told not to (a store that cannot be
+    written is still diagnosed, with a warning), then show them."""
+    saved: int | None = None
+    try:
+        con, not_saved = _open(db, save)
+        try:
+            diag = run(con)
+            if save and not_saved is None:
+                try:
+                    saved = save_diagnosis(con, diag.to_dict())
+                except StoreError as exc:
+                    not_saved = str(exc)
+        finally:
+            con.close()
+    except (StoreError, ValueError) as exc:
+        raise fail(str(exc).splitlines()[0]) from None
+    if not_saved is not None:
+        print_warning(f"findings diagnosed but not saved: {not_saved.splitlines()[0]}")
+    if json_out:
+        sys.stdout.write(json.dumps(diag.to_dict(), indent=2, default=str) + "\n")
+        return
+    console = make_console()
+    print_diagnosis(console, diag, sql)
+    if saved is not None:
+        hint = (f"; `infbench report {diag.run_id} --db {db} --html FILE` shows them"
+                if report_hint else "")
+        console.print(f"saved {saved} finding(s) to {db}{hint}", style="dim", markup=False)
