@@ -87,6 +87,9 @@ class Backend:
 
 
 class Coordinator:
+    """One multi-worker run. Owns: the worker handles (closed by `run`), the `WorkerState`s and
+    the live `stats`; the caller owns `writer`, which transport threads feed (`_on_batch`)."""
+
     def __init__(self, settings: RunSettings, workload: Workload, writer: BatchWriter, t0_ns: int,
                  backend: Backend, clock_rounds: int = ROUNDS) -> None:
         settings.validate()
@@ -161,6 +164,7 @@ class Coordinator:
             await asyncio.gather(*(loop.run_in_executor(None, h.close) for h in self._handles))
         if self._batch_error is not None:
             raise RuntimeError(f"store writer failed: {self._batch_error}") from self._batch_error
+        self.check_invariants()
         return self._outcome()
 
     async def _pump(self, inbox: asyncio.Queue[Message], until: Callable[[], bool],
@@ -236,4 +240,4 @@ class Coordinator:
         assert len(self.workers) == self.backend.count
         for s in self.workers:
             assert s.status in (None, "completed", "died", "failed")
-            assert (s.status == "completed") == (s.outcome is not None) or s.status in ("died", "failed")
+            assert (s.status == "completed") == (s.outcome is not None), "done is the only way to complete"
