@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from infbench.commands.diagnose._app import app
 from infbench.commands.diagnose.session import fail, run_playbook
 from infbench.console import make_console
 from infbench.store import StoreError, open_store
@@ -15,7 +14,6 @@ from playbooks.hang import HangOptions, diagnose_hang, resolve_capture
 from probes.hang import CaptureError, capture, store_capture
 
 
-@app.command("hang")
 def hang(
     url: str | None = typer.Option(None, "--url", help="The engine: GET /debug/ranks, POST "
                                    "/debug/flight_recorder/dump, py-spy on every rank's pid."),

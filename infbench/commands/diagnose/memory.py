@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from infbench.commands.diagnose._app import app
 from infbench.commands.diagnose.cap_test import cap_sweep
 from infbench.commands.diagnose.session import fail, run_playbook
 from infbench.loadgen.preflight import PreflightError
@@ -14,7 +13,6 @@ from infbench.store import StoreError
 from playbooks.memory import MemoryOptions, diagnose_memory
 
 
-@app.command("memory")
 def memory(
     run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),

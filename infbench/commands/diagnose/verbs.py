@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from infbench.commands.diagnose._app import app
 from infbench.commands.diagnose.session import fail, run_playbook
 from infbench.store import StoreError, open_store
 from playbooks import StallOptions, diagnose_stalls
@@ -16,7 +15,6 @@ from playbooks.startup import StartupOptions, diagnose_startup
 from probes.startup_log import StartupLogError, import_startup_log
 
 
-@app.command("stalls")
 def stalls(
     run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
@@ -39,7 +37,6 @@ def stalls(
                   report_hint=True)
 
 
-@app.command("mbu")
 def mbu(
     ref: str = typer.Argument(..., help="Run id, unique prefix or 'last'; or a trace id linked to a run."),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
@@ -64,7 +61,6 @@ def mbu(
                   report_hint=False)
 
 
-@app.command("replicas")
 def replicas(
     run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last' (a fleet run: infbench run --url A --url B ...)."),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
@@ -88,7 +84,6 @@ def replicas(
                   report_hint=True)
 
 
-@app.command("startup")
 def startup(
     logfile: Path = typer.Argument(..., help="The engine's start-up log (vLLM, SGLang, the bundled engine)."),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB); the log is imported into it."),
