@@ -15,21 +15,16 @@ from pathlib import Path
 
 import typer
 
+from infbench.command_support import fail, store_or_exit
 from infbench.config.capture import capture_source
 from infbench.config.model import CaptureError
 from infbench.config.store import ConfigNotFound, list_configs, load_config, save_config
-from infbench.console import make_console, print_error
-from infbench.store import StoreError, open_store
+from infbench.console import make_console
 
 app = typer.Typer(help="Engine configurations: capture, diff ranked by impact, bisect by measurement.",
                   no_args_is_help=True, add_completion=False)
 
 DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
-
-
-def _fail(message: str) -> typer.Exit:
-    print_error(message)
-    return typer.Exit(2)
 
 
 @app.command("capture")
@@ -46,17 +41,11 @@ def capture(
     try:
         cap = capture_source(source, kind=kind, api_key=api_key)
     except CaptureError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if engine_version:
         cap.version = engine_version
-    try:
-        con = open_store(db)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    try:
+    with store_or_exit(db) as con:
         config_id = save_config(con, cap, label=label)
-    finally:
-        con.close()
     origins = {o: sum(s.origin == o for s in cap.settings.values()) for o in ("set", "default", "resolved")}
     if json_out:
         doc = {"config_id": config_id, "engine": cap.engine, "version": cap.version,
@@ -77,14 +66,8 @@ def capture(
 @app.command("list")
 def list_cmd(db: Path = DB_OPTION) -> None:
     """List the captured configurations, newest first."""
-    try:
-        con = open_store(db, read_only=True)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    try:
+    with store_or_exit(db, read_only=True) as con:
         rows = list_configs(con)
-    finally:
-        con.close()
     out = make_console()
     if not rows:
         out.print(f"no configurations in {db} (capture one with `infbench config capture SOURCE`)")
@@ -100,16 +83,11 @@ def show(
     all_settings: bool = typer.Option(False, "--all", help="Also list settings at the engine's default."),
 ) -> None:
     """Show one captured configuration: every setting, its value and where it came from."""
-    try:
-        con = open_store(db, read_only=True)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        cfg = load_config(con, config)
-    except ConfigNotFound as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        con.close()
+    with store_or_exit(db, read_only=True) as con:
+        try:
+            cfg = load_config(con, config)
+        except ConfigNotFound as exc:
+            raise fail(str(exc)) from None
     out = make_console()
     out.print(f"{cfg.config_id}: {cfg.engine} {cfg.version or ''} ({cfg.source_kind}, {cfg.source})")
     for key, s in sorted(cfg.settings.items()):
@@ -151,20 +129,15 @@ def diff(
     from infbench.config.workload import workload_from_run
 
     if min(concurrency, input_tokens, output_tokens) < 1 or top < 1:
-        raise _fail("concurrency, input-tokens, output-tokens and top must be positive")
-    try:
-        con = open_store(db)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        ca, cb = _load(con, a), _load(con, b)
-        wl = Workload(concurrency, input_tokens, output_tokens, shared_prefix, streaming, model, gpu)
-        if run is not None:
-            wl = workload_from_run(con, run, wl)
-    except (ConfigNotFound, CaptureError, LookupError) as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        con.close()
+        raise fail("concurrency, input-tokens, output-tokens and top must be positive")
+    with store_or_exit(db) as con:
+        try:
+            ca, cb = _load(con, a), _load(con, b)
+            wl = Workload(concurrency, input_tokens, output_tokens, shared_prefix, streaming, model, gpu)
+            if run is not None:
+                wl = workload_from_run(con, run, wl)
+        except (ConfigNotFound, CaptureError, LookupError) as exc:
+            raise fail(str(exc)) from None
     meta = [{"config_id": c.config_id, "label": c.label, "engine": c.engine, "version": c.version,
              "source": c.source} for c in (ca, cb)]
     result = diff_sides(side_of(ca.engine, ca.version, ca.settings),
@@ -206,12 +179,12 @@ def bisect_cmd(
 
     err = make_console(stderr=True)
     if min(num_requests, concurrency) < 1 or max_doublings < 0 or start_timeout <= 0:
-        raise _fail("num-requests and concurrency must be positive, max-doublings >= 0, start-timeout > 0")
+        raise fail("num-requests and concurrency must be positive, max-doublings >= 0, start-timeout > 0")
     names: dict[str, str] = {}
     for item in flag:
         key, sep, value = item.partition("=")
         if not sep or not key or not value.startswith("-"):
-            raise _fail(f"flag: {item!r} is not KEY=--flag")
+            raise fail(f"flag: {item!r} is not KEY=--flag")
         names[key] = value
     try:
         ruleset = load_rules(rules)
@@ -219,17 +192,12 @@ def bisect_cmd(
             ruleset = dataclasses.replace(ruleset, settings=dataclasses.replace(
                 ruleset.settings, run_noise=parse_noise(run_noise, "run-noise")))
     except RulesError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        con = open_store(db)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        cg, cb = _load(con, good), _load(con, bad)
-    except (ConfigNotFound, CaptureError) as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        con.close()
+        raise fail(str(exc)) from None
+    with store_or_exit(db) as con:
+        try:
+            cg, cb = _load(con, good), _load(con, bad)
+        except (ConfigNotFound, CaptureError) as exc:
+            raise fail(str(exc)) from None
     launcher = Launcher(launch, health, start_timeout, flag_names=names)
     load = LoadSpec(num_requests, concurrency, input_tokens, output_tokens, seed, tuple(run_arg))
     try:
@@ -237,7 +205,7 @@ def bisect_cmd(
                         keys=[k.strip() for k in keys.split(",") if k.strip()] if keys else None,
                         max_doublings=max_doublings, say=lambda m: err.print(m))
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     probes, runs = budget(len(job.keys), max_doublings)
     err.print(f"bisecting {len(job.keys)} differing settings: {', '.join(job.keys) or 'none'}")
     err.print(f"budget: at most {probes} probes (ddmin's worst case n^2+3n), {runs} runs of "
@@ -245,7 +213,7 @@ def bisect_cmd(
     try:
         result = job.run()
     except LaunchError as exc:
-        raise _fail(f"bisection {job.id} stopped: {exc}") from None
+        raise fail(f"bisection {job.id} stopped: {exc}") from None
     out = make_console()
     if json_out:
         doc = {"bisection_id": result.bisection_id, "status": result.status, "culprit": result.culprit,

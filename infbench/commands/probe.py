@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from infbench.command_support import fail, store_or_exit
 from infbench.console import make_console, print_error
 from infbench.store import StoreError, open_store
 from probes.gpu.nvml import NvmlUnavailable
@@ -108,11 +109,6 @@ def gpu(
 DB_LINKS = typer.Option(Path("infbench.duckdb"), "--db", "--store", help="Store file (DuckDB).")
 
 
-def _links_fail(message: str, code: int = 2) -> typer.Exit:
-    print_error(message.splitlines()[0])
-    return typer.Exit(code)
-
-
 def _num(v: Any, digits: int = 2) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -194,24 +190,20 @@ def links(
                           inject=parse_inject(inject, ranks) if inject else None)
         cfg.check()
     except LinkProbeError as exc:
-        raise _links_fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if db.exists() and db.is_dir():
-        raise _links_fail(f"--db: {db} is a directory")
-    try:
-        con = open_store(db)
-    except StoreError as exc:
-        raise _links_fail(str(exc)) from None
-    try:
+        raise fail(f"--db: {db} is a directory")
+    with store_or_exit(db) as con:
         if run:
             _check_run(con, run)
         try:
             from probes.links.launcher import run_probe
             res = run_probe(cfg)
         except ImportError as exc:
-            raise _links_fail(f"infbench probe links needs PyTorch ({exc.name} is missing): "
+            raise fail(f"infbench probe links needs PyTorch ({exc.name} is missing): "
                               "pip install 'infbench[engine]'", 1) from None
         except LinkProbeError as exc:
-            raise _links_fail(str(exc), 1) from None
+            raise fail(str(exc), 1) from None
         verdict = {"bisect": res.bisect, "pairwise": res.pairwise,
                    "inject": str(cfg.inject) if cfg.inject else None}
         stored = save_probe(con, source="infbench", rows=res.rows,
@@ -227,8 +219,6 @@ def links(
         _print_links(con, probe)
         make_console().print(f"stored as link probe {stored.probe_id} in {db} ({stored.rows} rows, "
                              f"{res.seconds:.1f} s measuring)", markup=False)
-    finally:
-        con.close()
 
 
 def _check_run(con: Any, run: str) -> None:
@@ -237,7 +227,7 @@ def _check_run(con: Any, run: str) -> None:
     try:
         get_run(con, run)
     except StoreError as exc:
-        raise _links_fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 @app.command("import-nccl-tests")
@@ -256,21 +246,15 @@ def import_nccl_tests_cmd(
     from probes.links.nccl_tests import import_nccl_tests
     from probes.links.storage import get_probe
 
-    try:
-        con = open_store(db)
-    except StoreError as exc:
-        raise _links_fail(str(exc)) from None
-    try:
+    with store_or_exit(db) as con:
         for f in files:
             try:
                 stored, parsed = import_nccl_tests(con, f, op=op, run=run)
             except (LinkProbeError, StoreError) as exc:
-                raise _links_fail(str(exc)) from None
+                raise fail(str(exc)) from None
             make_console().print(f"imported {f} ({parsed.op}, {parsed.ranks or '?'} ranks, {stored.rows} rows) "
                                  f"as link probe {stored.probe_id}", markup=False)
             _print_links(con, get_probe(con, stored.probe_id))
-    finally:
-        con.close()
 
 
 @app.command("list-links")
@@ -278,14 +262,8 @@ def list_links(db: Path = DB_LINKS) -> None:
     """List the link probes and nccl-tests imports in a store, newest first."""
     from probes.links.storage import list_probes
 
-    try:
-        con = open_store(db, read_only=True)
-    except StoreError as exc:
-        raise _links_fail(str(exc)) from None
-    try:
+    with store_or_exit(db, read_only=True) as con:
         rows = list_probes(con)
-    finally:
-        con.close()
     t = Table(title=f"link probes in {db}")
     for col in ("probe", "created (UTC)", "source", "ranks", "backend", "run", "rows"):
         t.add_column(col)
@@ -305,21 +283,15 @@ def show_links(
     from infbench.report.link_charts import links_page
     from probes.links.storage import get_probe
 
-    try:
-        con = open_store(db, read_only=True)
-    except StoreError as exc:
-        raise _links_fail(str(exc)) from None
-    try:
+    with store_or_exit(db, read_only=True) as con:
         try:
             p = get_probe(con, probe)
         except KeyError as exc:
-            raise _links_fail(str(exc.args[0])) from None
+            raise fail(str(exc.args[0])) from None
         _print_links(con, p)
         if html is not None:
             try:
                 html.write_text(links_page(con, p["probe_id"]), encoding="utf-8")
             except OSError as exc:
-                raise _links_fail(f"--html {html}: {exc.strerror or exc}") from None
+                raise fail(f"--html {html}: {exc.strerror or exc}") from None
             make_console().print(str(html), markup=False)
-    finally:
-        con.close()

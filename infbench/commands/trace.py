@@ -11,8 +11,9 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from infbench.console import make_console, print_error
-from infbench.store import StoreError, open_store
+from infbench.command_support import fail, store_or_exit
+from infbench.console import make_console
+from infbench.store import StoreError
 from probes.traces import TraceError, import_trace
 from probes.traces.analysis import ANALYSES, Timeline
 
@@ -34,11 +35,6 @@ _TITLES = {
 }
 
 
-def _fail(message: str) -> typer.Exit:
-    print_error(message.splitlines()[0])
-    return typer.Exit(2)
-
-
 @app.command("import")
 def import_cmd(
     path: Path = typer.Argument(..., help="Kineto JSON (.json/.json.gz), a directory of rank "
@@ -48,16 +44,11 @@ def import_cmd(
     json_out: bool = typer.Option(False, "--json", help="What was imported, as JSON on stdout."),
 ) -> None:
     """Import a trace (PyTorch profiler JSON or Nsight Systems SQLite) into the store."""
-    try:
-        con = open_store(db)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        t = import_trace(con, path, run)
-    except (TraceError, StoreError) as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        con.close()
+    with store_or_exit(db) as con:
+        try:
+            t = import_trace(con, path, run)
+        except (TraceError, StoreError) as exc:
+            raise fail(str(exc)) from None
     if json_out:
         sys.stdout.write(json.dumps(t.__dict__, indent=2) + "\n")
         return
@@ -75,15 +66,9 @@ def import_cmd(
 @app.command("list")
 def list_cmd(db: Path = DB_OPTION) -> None:
     """List the traces in a store, newest first."""
-    try:
-        con = open_store(db, read_only=True)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
-    try:
+    with store_or_exit(db, read_only=True) as con:
         rows = con.execute("SELECT trace_id, imported_at, source, ranks, events, run_id, path "
                            "FROM traces ORDER BY imported_at DESC").fetchall()
-    finally:
-        con.close()
     t = Table(title=f"traces in {db}")
     t.add_column("trace", no_wrap=True)
     for col in ("imported (UTC)", "source", "ranks", "events", "run", "path"):
@@ -133,25 +118,20 @@ def analyze(
     names = [n.strip() for n in only.split(",")] if only else [a for a in ANALYSES if a != "cpu_steps"]
     unknown = [n for n in names if n not in ANALYSES]
     if unknown:
-        raise _fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
+        raise fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
     if top < 1:
-        raise _fail("--top must be >= 1")
-    try:
-        con = open_store(db, read_only=True)
-    except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail("--top must be >= 1")
     results: dict[str, tuple[list[str], list[tuple[Any, ...]], str]] = {}
-    try:
-        with Timeline(con, trace) as tl:
-            trace_id = tl.trace_id
-            if tl.cpu_only and not only:
-                names = ["cpu_steps"]  # what a CPU-only profile (no GPU events) can say
-            for n in names:
-                results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
-    except TraceError as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        con.close()
+    with store_or_exit(db, read_only=True) as con:
+        try:
+            with Timeline(con, trace) as tl:
+                trace_id = tl.trace_id
+                if tl.cpu_only and not only:
+                    names = ["cpu_steps"]  # what a CPU-only profile (no GPU events) can say
+                for n in names:
+                    results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
+        except TraceError as exc:
+            raise fail(str(exc)) from None
     if json_out:
         out = {"trace_id": trace_id, **{n: [dict(zip(c, r, strict=True)) for r in rows]
                                          for n, (c, rows, _) in results.items()}}
