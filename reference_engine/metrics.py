@@ -74,6 +74,12 @@ def _labels(pairs: Iterable[tuple[str, str]]) -> str:
     return "{" + inner + "}"
 
 
+def _family(name: str, kind: str, doc: str, labels: list[tuple[str, str]], value: float) -> list[str]:
+    """A gauge or counter family of one sample: HELP, TYPE and the sample (a counter's `name`
+    already ends in `_total`, as prometheus_client writes all three lines)."""
+    return [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{_labels(labels)} {_fmt(value)}"]
+
+
 class Histogram:
     """A cumulative Prometheus histogram with fixed upper bounds."""
 
@@ -203,9 +209,8 @@ def _memory_lines(mem: MemoryGauges, labels: list[tuple[str, str]]) -> list[str]
         lines.append(f"reference_engine_memory_bytes"
                      f"{_labels([*labels, ('component', component)])} {_fmt(float(value))}")
     for key, value in sorted(mem.allocator.items()):
-        name = f"reference_engine_torch_{key}_bytes"
-        lines += [f"# HELP {name} torch CUDA caching allocator: {key} bytes.",
-                  f"# TYPE {name} gauge", f"{name}{_labels(labels)} {_fmt(float(value))}"]
+        lines += _family(f"reference_engine_torch_{key}_bytes", "gauge",
+                         f"torch CUDA caching allocator: {key} bytes.", labels, float(value))
     return lines
 
 
@@ -217,10 +222,8 @@ def render(stats: EngineStatsLike, requests: RequestMetrics, model_name: str,
     if memory is not None:
         lines += _memory_lines(memory, labels)
     for fam in _ENGINE_FAMILIES:
-        value = getattr(stats, fam.attribute)
         name = fam.name + ("_total" if fam.kind == "counter" else "")
-        lines += [f"# HELP {name} {fam.documentation}", f"# TYPE {name} {fam.kind}",
-                  f"{name}{_labels(labels)} {_fmt(value)}"]
+        lines += _family(name, fam.kind, fam.documentation, labels, getattr(stats, fam.attribute))
     lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
               "# TYPE vllm:request_success_total counter"]
     for reason in ("stop", "length", "abort"):

@@ -17,8 +17,7 @@ from reference_engine.metrics import (
     Histogram,
     MemoryGauges,
     RequestMetrics,
-    _fmt,
-    _labels,
+    _family,
     _memory_lines,
 )
 
@@ -73,10 +72,6 @@ class SglangRequestMetrics(RequestMetrics):
         throughput = (cur[1] - last[1]) / (now - last[0])
         queries = cur[2] - last[2]
         return throughput, ((cur[3] - last[3]) / queries if queries > 0 else 0.0)
-
-
-def _family(name: str, kind: str, doc: str, labels: list[tuple[str, str]], value: float) -> list[str]:
-    return [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{_labels(labels)} {_fmt(value)}"]
 
 
 def render(stats: EngineStatsLike, requests: SglangRequestMetrics, model_name: str,
