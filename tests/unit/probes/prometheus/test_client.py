@@ -3,11 +3,8 @@ step and target selection."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ from probes.prometheus.client import (
     read_token,
 )
 from probes.prometheus.window import _promql_regex, choose_step, select_target
+from tests.support.http_stub import QuietHandler, serve
 
 MATRIX = {"status": "success", "warnings": ["partial: one store down"], "data": {
     "resultType": "matrix", "result": [
@@ -27,7 +25,7 @@ MATRIX = {"status": "success", "warnings": ["partial: one store down"], "data": 
          "values": [[100.0, "3"], [101.5, "NaN"]]}]}}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(QuietHandler):
     answers: dict[str, tuple[int, Any, float]] = {}
     seen: list[tuple[str, str, str]] = []
 
@@ -38,28 +36,15 @@ class Handler(BaseHTTPRequestHandler):
         type(self).seen.append((path, self.headers.get("Authorization", ""), body))
         status, doc, delay = self.answers.get(path, (404, "nope", 0.0))
         time.sleep(delay)
-        raw = doc.encode() if isinstance(doc, str) else json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        self.send_body(status, doc)
 
     do_GET = do_POST = _answer
-
-    def log_message(self, *a: object) -> None:
-        pass
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, type[Handler]]]:
-    h = type("H", (Handler,), {"answers": {}, "seen": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), h)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", h
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve(Handler, answers={}, seen=[]) as url_and_handler:
+        yield url_and_handler
 
 
 def test_range_query_parses_series_and_keeps_warnings(server) -> None:  # type: ignore[no-untyped-def]

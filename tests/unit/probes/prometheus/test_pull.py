@@ -5,10 +5,8 @@ a re-pull replaces samples and the summary's warning instead of adding to them."
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from infbench.store import create_run, finish_run, open_store
 from probes.prometheus import PrometheusClient, pull_run
+from tests.support.http_stub import QuietHandler, serve
 
 T0_UNIX = 1_800_000_000.0  # the run's start on the Unix clock
 
@@ -26,12 +25,12 @@ def _matrix(name: str, labels: dict[str, str], start: float, n: int) -> dict[str
             "values": [[start + 0.5 * k, str(float(k))] for k in range(n)]}
 
 
-class Fake(BaseHTTPRequestHandler):
+class Fake(QuietHandler):
     mode: dict[str, str] = {}  # family prefix -> ok | error | empty | warn
     queries: list[str] = []
 
     def do_GET(self) -> None:  # /api/v1/targets
-        self._send(200, {"status": "success", "data": {"activeTargets": [
+        self.send_body(200, {"status": "success", "data": {"activeTargets": [
             {"scrapeUrl": "http://10.1.2.3:8000/metrics",
              "labels": {"instance": "10.1.2.3:8000", "job": "vllm"}, "scrapeInterval": "500ms",
              "lastScrape": "2100-01-01T00:00:00Z"}]}})
@@ -43,37 +42,21 @@ class Fake(BaseHTTPRequestHandler):
         prefix = query.split('__name__=~"')[1][:4]
         mode = self.mode.get(prefix, "empty")
         if mode == "error":
-            self._send(422, {"status": "error", "errorType": "execution",
-                             "error": "query processing would load too many samples"})
+            self.send_body(422, {"status": "error", "errorType": "execution",
+                                 "error": "query processing would load too many samples"})
             return
         result = [] if mode == "empty" else [
             _matrix(f"{prefix}_series", {"instance": "10.1.2.3:8000", "le": "0.1"}, start, 4)]
         doc: dict[str, Any] = {"status": "success", "data": {"resultType": "matrix", "result": result}}
         if mode == "warn":
             doc["warnings"] = ["some store was unreachable: results may be partial"]
-        self._send(200, doc)
-
-    def _send(self, status: int, doc: dict[str, Any]) -> None:
-        raw = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *a: object) -> None:
-        pass
+        self.send_body(200, doc)
 
 
 @pytest.fixture
 def fake() -> Iterator[tuple[str, type[Fake]]]:
-    h = type("H", (Fake,), {"mode": {}, "queries": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), h)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", h
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve(Fake, mode={}, queries=[]) as url_and_handler:
+        yield url_and_handler
 
 
 @pytest.fixture
