@@ -96,6 +96,8 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
 
     if s.get("fleet"):
         _print_fleet(console, s["fleet"])
+    if s.get("workers"):
+        _print_workers(console, s["workers"])
 
     if s.get("errors"):
         et = Table(title="Errors (all phases)")
@@ -139,3 +141,15 @@ def _print_fleet(console: Console, fleet: dict[str, Any]) -> None:
                   _ms(v.get("median_ttft_ms")), _ms(v.get("p99_ttft_ms")),
                   _ms(v.get("median_tpot_ms")), _ms(v.get("p99_tpot_ms")), _ms(v.get("p99_e2el_ms")))
     console.print(t)
+
+
+def _print_workers(console: Console, w: dict[str, Any]) -> None:
+    """A run made by several workers (`--workers`, `--ray`): each one's share in one line."""
+    unc = w.get("max_clock_uncertainty_ms") or 0.0
+    clocks = "one shared clock" if not unc else f"cross-node times ±{2 * unc:.2f} ms"
+    parts = [f"{p['worker']} {p['status']} {p['stored_requests']}"
+             + (f"/{p['planned_requests']}" if p.get("planned_requests") is not None else "")
+             for p in w.get("per_worker", [])]
+    line = Text.assemble(("Workers", "bold"), f": {w['count']} ({w['backend']}), "
+                         f"{w['lost_requests']} requests lost, {clocks}; stored per worker: " + ", ".join(parts))
+    console.print(line)
