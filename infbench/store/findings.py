@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from infbench.store.db import StoreError
 from infbench.store.schema import DIAGNOSES, FINDINGS, Table
+from infbench.store.transaction import insert_arrow, transaction
 
 SEVERITIES = ("info", "warning", "critical")
 
@@ -104,22 +105,11 @@ def save_diagnosis(con: duckdb.DuckDBPyConnection, diagnosis: Mapping[str, Any])
                                     "notes": _json([str(n) for n in diagnosis.get("notes") or []])}])
     finding_rows = _arrow(FINDINGS, [{**base, "finding_idx": i, **r, "data_sources": _json(sources)}
                                      for i, r in enumerate(rows)])
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con, f"run {run_id!r}: saving the {playbook} findings failed"):
         for table, arrow in ((DIAGNOSES, diag_rows), (FINDINGS, finding_rows)):
             con.execute(f"DELETE FROM {table.name} WHERE run_id = ? AND playbook = ?",
                         [run_id, playbook])
-            con.register("_new_rows", arrow)
-            try:
-                cols = ", ".join(n for n, _ in table.columns)
-                con.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM _new_rows")
-            finally:
-                con.unregister("_new_rows")
-        con.execute("COMMIT")
-    except Exception as exc:
-        con.execute("ROLLBACK")
-        raise StoreError(f"run {run_id!r}: saving the {playbook} findings failed: "
-                         f"{str(exc).splitlines()[0]}") from exc
+            insert_arrow(con, table.name, [n for n, _ in table.columns], arrow)
     return len(rows)
 
 

@@ -24,6 +24,7 @@ from infbench.store.links_schema import LINK_TABLES
 from infbench.store.prometheus_schema import PROMETHEUS_TABLES
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 from infbench.store.trace_schema import TRACE_TABLES
+from infbench.store.transaction import transaction
 from infbench.store.workers_schema import WORKERS_TABLE
 
 # Everything keyed by run_id that travels with a run (stored findings, the GPU telemetry
@@ -92,8 +93,7 @@ def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[st
         ).fetchall()
         if clash:
             raise StoreError(f"{what} {clash[0][0]!r}: already in this store")
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con, f"{directory}: import failed"):
         for table in ALL_TABLES:
             path = _find(directory, table)
             if path is None:
@@ -111,10 +111,6 @@ def import_run(con: duckdb.DuckDBPyConnection, directory: str | Path) -> list[st
                 [table]).fetchall())
             select = ", ".join(f"CAST({c} AS {types[c]}) AS {c}" for c in cols)
             con.execute(f"INSERT INTO {table} ({names}) SELECT {select} FROM {_reader(path)}")
-        con.execute("COMMIT")
-    except Exception as exc:
-        con.execute("ROLLBACK")
-        raise StoreError(f"{directory}: import failed: {str(exc).splitlines()[0]}") from exc
     return run_ids
 
 

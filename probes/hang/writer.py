@@ -9,8 +9,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from infbench.store import StoreError, get_run
+from infbench.store import get_run
 from infbench.store.hang_schema import HANG_COLUMNS
+from infbench.store.transaction import insert_arrow, transaction
 from probes.hang.frdump import FrDump
 from probes.hang.model import Capture
 
@@ -96,22 +97,10 @@ def write_capture(con: duckdb.DuckDBPyConnection, cap: Capture) -> dict[str, int
         for s in r.stack_rows():
             rows["hang_stacks"].append({"capture_id": cap.capture_id, "rank": r.rank,
                                         "pid": r.pid, **s})
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con, f"capture {cap.capture_id}: storing it failed"):
         for table, rs in rows.items():
-            if not rs:
-                continue
-            con.register("_hang_rows", _arrow(table, rs))
-            try:
-                cols = ", ".join(n for n, _ in HANG_COLUMNS[table])
-                con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _hang_rows")
-            finally:
-                con.unregister("_hang_rows")
-        con.execute("COMMIT")
-    except Exception as exc:
-        con.execute("ROLLBACK")
-        raise StoreError(f"capture {cap.capture_id}: storing it failed: "
-                         f"{str(exc).splitlines()[0]}") from exc
+            if rs:
+                insert_arrow(con, table, [n for n, _ in HANG_COLUMNS[table]], _arrow(table, rs))
     return {t: sum(len(x) for x in rs) if rs and isinstance(rs[0], pa.Table) else len(rs)
             for t, rs in rows.items()}
 
