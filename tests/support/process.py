@@ -1,4 +1,5 @@
-"""Start a server subprocess that prints `INFO: serving on URL`, and stop it again."""
+"""Start a server subprocess that prints `INFO: serving on URL`, and stop it again (and stop
+any other process a test started: `stop_process`)."""
 
 from __future__ import annotations
 
@@ -40,12 +41,18 @@ def serving(args: list[str], timeout_s: float = 20.0, nice: int = 0) -> Iterator
             raise RuntimeError(f"server {args} did not start (exit {proc.poll()})")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=5)
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float) -> None:  # type: ignore[type-arg]
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`; reaped either way, so
+    no test leaves a process or a zombie behind."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def sse_server(*flags: str, nice: int = 0) -> contextlib.AbstractContextManager[str]:

@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tests.support.process import stop_process
+
 
 def tool(name: str) -> str:
     path = shutil.which(name)
@@ -124,9 +126,4 @@ def running_prometheus(jobs: dict[str, list[str]], workdir: Path, interval_s: fl
             time.sleep(0.2)
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=10)
