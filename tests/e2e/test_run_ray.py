@@ -3,8 +3,9 @@
 The cluster is two real Ray nodes on loopback (a head and one more, each its own raylet and
 object store), started by `ray start` as on a cluster of hosts. The CLI run places one actor
 per node, measures each node's clock through Ray calls, and stores a complete run; an actor
-killed mid-run (`ray.kill`, as when its node is lost) leaves the run marked with the loss and
-the other actor's share stored whole. Every process of the cluster is ended afterwards.
+killed mid-run (`ray.kill`) and a node lost mid-run (its processes SIGKILLed) leave the run
+marked with the loss and the other actor's share stored whole. Every process of the cluster
+is ended afterwards.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from infbench.loadgen.workloads import Synthetic
 from tests.e2e.engine_process import EngineProcess, running_engine
 from tests.e2e.test_run_workers import CapturingScale
 from tests.support.cli import infbench
-from tests.support.ray_cluster import cluster_pids, ray_cluster, ray_env
+from tests.support.ray_cluster import cluster_pids, lose_node, ray_cluster, ray_env
 
 pytestmark = pytest.mark.e2e
 
@@ -126,3 +127,49 @@ def test_an_actor_killed_mid_run_marks_the_run_and_keeps_the_other(cluster: str,
     assert w[0] == (0, "completed", 24, 24, 0), w
     assert w[1][1] == "died" and w[1][3] == stored.get(1, 0) and w[1][4] == 24 - w[1][3] > 0, w
     assert stored[0] == 24 and orphans == 0
+
+
+def test_a_lost_node_marks_the_run_and_keeps_the_other_nodes_share(cluster: str, engine: EngineProcess,
+                                                                   tmp_path: Path) -> None:
+    """The extra node's processes are SIGKILLed mid-run (its raylet, store and the actor on
+    it): the run names the worker on that node and its loss; the head's worker's share and
+    everything the lost one shipped are stored. Last in this file: the cluster has one node after."""
+    nodes = ray_backend.connect(cluster)
+    extra = [n["NodeID"] for n in nodes if "node:__internal_head__" not in n.get("Resources", {})]
+    assert len(nodes) == 2 and len(extra) == 1
+    scale = CapturingScale(workers=1, ray_address=cluster, ray_nodes=tuple(n["NodeID"] for n in nodes))
+    object.__setattr__(scale, "made", [])
+    lost: list[int] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not lost:
+            for st in scale.made[0].workers if scale.made else []:
+                if st.info.get("node") == extra[0] and st.progress.get("sent", 0) >= 5:
+                    lose_node(cluster)
+                    lost.append(st.worker)
+                    return
+            time.sleep(0.02)
+
+    target = asyncio.run(preflight(engine.url, "completions", None, None))
+    settings = RunSettings(url=target.url, endpoint="completions", model=target.model,
+                           arrivals=Arrivals("poisson", rate=14.0), num_requests=40, seed=21)
+    wl = Synthetic(LengthDist.parse("uniform:32:96", "in"), LengthDist.parse("uniform:6:18", "out"), target.tokens)
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    r = execute_run(settings, wl, tmp_path / "node.duckdb", {"ray": "node"}, scale=scale)
+    thread.join()
+    assert lost, "the worker on the extra node never sent 5 requests"
+    gone, kept = lost[0], 1 - lost[0]
+    assert r.status.status == "interrupted" and f"worker {gone}" in (r.status.reason or "")
+    con = duckdb.connect(str(tmp_path / "node.duckdb"), read_only=True)
+    try:
+        w = {row[0]: row[1:] for row in con.execute(
+            "SELECT worker, status, node, planned_requests, stored_requests, lost_requests FROM run_workers "
+            "ORDER BY worker").fetchall()}
+        stored = dict(con.execute("SELECT worker, count(*) FROM requests GROUP BY 1").fetchall())
+    finally:
+        con.close()
+    assert w[gone][0] == "died" and w[gone][1] == extra[0] and w[gone][3] == stored.get(gone, 0) >= 4, w
+    assert w[gone][4] == w[gone][2] - w[gone][3] > 0
+    assert w[kept][0] == "completed" and w[kept][3] == w[kept][2] == stored[kept] == 20, w

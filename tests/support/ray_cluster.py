@@ -23,6 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 _START_TIMEOUT_S = 120.0
+# Owns: the process group of each extra node of a running cluster, by the head's address
+# (a test that loses a node kills one: `lose_node`).
+_NODE_GROUPS: dict[str, list[int]] = {}
 
 
 def _free_port() -> int:
@@ -96,8 +99,10 @@ def ray_cluster(extra_nodes: int = 1, cpus_per_node: int = 2) -> Iterator[str]:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
             procs.append(node)
             _wait_started(node, f"Ray node {i + 1}")
+        _NODE_GROUPS[f"127.0.0.1:{port}"] = [p.pid for p in procs[1:]]
         yield f"127.0.0.1:{port}"
     finally:
+        _NODE_GROUPS.pop(f"127.0.0.1:{port}", None)
         # SIGKILL at once: a test cluster has nothing to save, and `ray start --block` takes
         # tens of seconds over a graceful stop on a busy host.
         for p in procs:
@@ -113,6 +118,12 @@ def ray_cluster(extra_nodes: int = 1, cpus_per_node: int = 2) -> Iterator[str]:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def lose_node(address: str, index: int = 0) -> None:
+    """Kill extra node `index` of the cluster at `address` at once (its raylet, object store
+    and workers), as a host that drops off the network or powers off."""
+    os.killpg(_NODE_GROUPS[address][index], signal.SIGKILL)
 
 
 def cluster_pids(temp_hint: str = "infbench-ray-") -> list[int]:
