@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from tests.support.cli import infbench
 from tests.support.process import sse_server
 from tests.support.prometheus import free_port
+from tests.support.store_rows import store_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -27,14 +27,6 @@ pytestmark = pytest.mark.e2e
 def target() -> Iterator[str]:
     with sse_server("--ttft-ms", "3", "--itl-ms", "1") as url:
         yield url
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def _run(url: str, db: Path, *args: str) -> tuple[dict, str]:
@@ -98,8 +90,8 @@ def test_a_failing_prometheus_only_warns(target: str, fake_prometheus: tuple[str
     (warning,) = [w for w in summary["warnings"] if "Prometheus" in w]
     expect = "execution: query processing" if handler.mode == "error" else "timeout"
     assert expect in warning and "client data is complete" in warning, warning
-    assert _rows(db, "SELECT count(*) FROM requests")[0][0] == 12
-    assert _rows(db, "SELECT status FROM prometheus_pulls") == [("failed",)]
+    assert store_rows(db, "SELECT count(*) FROM requests")[0][0] == 12
+    assert store_rows(db, "SELECT status FROM prometheus_pulls") == [("failed",)]
     # The token went to the server and nowhere else.
     assert f"Bearer {secret}" in handler.seen_auth
     assert secret not in db.read_bytes().decode("latin-1") and secret not in stderr
@@ -112,4 +104,4 @@ def test_an_unreachable_prometheus_only_warns(target: str, tmp_path: Path) -> No
     assert summary["completed"] == 12 and summary["status"] == "completed"
     (warning,) = [w for w in summary["warnings"] if "Prometheus" in w]
     assert "unreachable" in warning and "no server series stored" in warning, warning
-    assert _rows(db, "SELECT count(*) FROM requests WHERE error_class IS NULL")[0][0] == 12
+    assert store_rows(db, "SELECT count(*) FROM requests WHERE error_class IS NULL")[0][0] == 12

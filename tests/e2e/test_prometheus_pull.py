@@ -22,7 +22,9 @@ import pytest
 from probes.prometheus.histogram import WindowHistogram, window_histogram
 from tests.e2e.engine_process import EngineProcess, running_engine
 from tests.support.cli import infbench
+from tests.support.process import stop_process
 from tests.support.prometheus import PrometheusServer, free_port, running_prometheus, tool
+from tests.support.store_rows import store_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -54,16 +56,7 @@ def node_exporter() -> Iterator[str]:
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _rows(db: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
+        stop_process(proc, timeout_s=10)
 
 
 def _run(engine: EngineProcess, db: Path, *args: str) -> tuple[dict, str]:
@@ -92,8 +85,8 @@ def test_run_pulls_the_window_and_ttft_percentiles_agree_with_the_engine(
     # exporter on the same host (127.0.0.1, another port).
     assert p["families"]["dcgm"] > 5 and p["families"]["node"] >= 3, p
     assert not [w for w in summary["warnings"] if "Prometheus" in w]
-    (run_id,) = _rows(db, "SELECT run_id FROM runs")[0]
-    names = {n for (n,) in _rows(db, "SELECT DISTINCT name FROM metric_samples "
+    (run_id,) = store_rows(db, "SELECT run_id FROM runs")[0]
+    names = {n for (n,) in store_rows(db, "SELECT DISTINCT name FROM metric_samples "
                                      "WHERE source = 'prometheus'")}
     for n in ("node_load1", "node_memory_MemAvailable_bytes", "node_cpu_seconds_total",
               "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_PROF_DRAM_ACTIVE",
@@ -102,8 +95,8 @@ def test_run_pulls_the_window_and_ttft_percentiles_agree_with_the_engine(
               "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total"):
         assert n in names, sorted(names)
     # The window covers the run: samples before t0 and after the last request ended.
-    lo, hi = _rows(db, "SELECT min(t_ns), max(t_ns) FROM metric_samples WHERE source = 'prometheus'")[0]
-    (last_end,) = _rows(db, "SELECT max(end_ns) FROM requests")[0]
+    lo, hi = store_rows(db, "SELECT min(t_ns), max(t_ns) FROM metric_samples WHERE source = 'prometheus'")[0]
+    (last_end,) = store_rows(db, "SELECT max(end_ns) FROM requests")[0]
     assert lo < 0 < last_end < hi
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -135,7 +128,7 @@ def test_run_pulls_the_window_and_ttft_percentiles_agree_with_the_engine(
         assert a is not None and b is not None and abs(a - b) <= 1, (q, server, own)
     assert gen.count > 72  # one observation per generated token after the first
     # Prometheus itself agrees with the stored buckets: its histogram_quantile over the run.
-    (pulled,) = _rows(db, "SELECT start_unix_s, end_unix_s FROM prometheus_pulls")
+    (pulled,) = store_rows(db, "SELECT start_unix_s, end_unix_s FROM prometheus_pulls")
     span = int(pulled[1] - pulled[0]) + 1
     got = prom.query(f"histogram_quantile(0.9, sum by (le) (increase("
                      f"vllm:time_to_first_token_seconds_bucket[{span}s] @ {pulled[1]:.3f})))")
@@ -157,7 +150,7 @@ def test_sglang_series_are_pulled_for_their_target_only(
     assert p["status"] == "ok" and p["families"]["sglang"] > 10, p
     # Selected by the run's scrape target: the vLLM-named engine's series are not here.
     assert p["families"].get("vllm", 0) == 0 and sg.host_port[1] and str(sg.host_port[1]) in p["selector"]
-    (run_id,) = _rows(db, "SELECT run_id FROM runs")[0]
+    (run_id,) = store_rows(db, "SELECT run_id FROM runs")[0]
     con = duckdb.connect(str(db), read_only=True)
     try:
         server = window_histogram(con, run_id, "sglang:time_to_first_token_seconds")
@@ -190,17 +183,17 @@ def test_metrics_pull_afterwards_replaces_the_samples(
     engine, prom = stack
     db = tmp_path / "m.duckdb"
     _run(engine, db, "--rate", "30", "--num-requests", "20")
-    assert _rows(db, "SELECT count(*) FROM metric_samples WHERE source = 'prometheus'")[0][0] == 0
+    assert store_rows(db, "SELECT count(*) FROM metric_samples WHERE source = 'prometheus'")[0][0] == 0
     for idx in (0, 1):
         r = infbench("metrics", "pull", "last", "--prometheus", prom.url, "--db", str(db), "--json")
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["status"] == "ok" and out["series"] > 20
         assert out["step_s"] == 0.5  # the target's scrape interval, read from Prometheus
-        n = _rows(db, "SELECT count(*) FROM metric_samples WHERE source = 'prometheus'")[0][0]
+        n = store_rows(db, "SELECT count(*) FROM metric_samples WHERE source = 'prometheus'")[0][0]
         assert n == out["samples"]  # the second pull replaced the first's rows
-        assert _rows(db, "SELECT max(pull_idx) FROM prometheus_pulls")[0][0] == idx
-    summary = json.loads(_rows(db, "SELECT summary FROM runs")[0][0])
+        assert store_rows(db, "SELECT max(pull_idx) FROM prometheus_pulls")[0][0] == idx
+    summary = json.loads(store_rows(db, "SELECT summary FROM runs")[0][0])
     assert summary["prometheus"]["status"] == "ok"
     # A selector that matches nothing: an empty pull warns, exits 1, and keeps the samples.
     r = infbench("metrics", "pull", "last", "--prometheus", prom.url, "--db", str(db),
