@@ -12,7 +12,7 @@ from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.device import GpuFaultConfig, SimDevice, exposition
 from reference_engine.engine import Engine, make_device
 from reference_engine.executor import SeqWork, StepBatch
-from reference_engine.faults import FaultSpecError, Faults, parse_fault
+from reference_engine.faults import Faults, FaultSpecError, parse_fault
 from reference_engine.request import SamplingParams
 from reference_engine.sim_executor import SimExecutor
 
