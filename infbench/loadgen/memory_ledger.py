@@ -49,7 +49,8 @@ def memory_row(cols: dict[str, Sequence[Any]]) -> dict[str, Any] | None:
     """The memory row of one scrape given as metric_samples columns (t_ns, name, labels,
     value), or None when the scrape had none of these series."""
     names, labels, values = cols["name"], cols["labels"], cols["value"]
-    if not names:
+    # A dcgm-exporter is a process of its own: its process_* series are not the engine's.
+    if not names or (cols.get("source") or [None])[0] == "dcgm":
         return None
     found: dict[str, float] = {}
     first_name: dict[str, str] = {}
@@ -72,7 +73,8 @@ def memory_row(cols: dict[str, Sequence[Any]]) -> dict[str, Any] | None:
         found[key] = found.get(key, 0.0) + float(value)
     if not found and not have_blocks:
         return None
-    row: dict[str, Any] = {"t_ns": int(cols["t_ns"][0]), "source": "metrics"}
+    row: dict[str, Any] = {"t_ns": int(cols["t_ns"][0]), "source": "metrics",
+                           "replica": (cols.get("replica") or [None])[0]}
     for key in _INT_COLUMNS:
         row[key] = int(round(found[key])) if key in found else None
     if "kv_usage_vllm" in found:

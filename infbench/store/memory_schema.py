@@ -40,6 +40,7 @@ MEMORY_SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("process_rss_bytes", "BIGINT"),          # process_resident_memory_bytes
     ("allocator_allocated_bytes", "BIGINT"),  # torch allocator: bytes in live tensors
     ("allocator_reserved_bytes", "BIGINT"),   # torch allocator: bytes held from the device
+    ("replica", "VARCHAR"),                   # fleet runs: the replica scraped (version 14)
 )
 
 MEMORY_DDL: tuple[str, ...] = (

@@ -287,7 +287,7 @@ CLIENT_SAMPLES = Table(
 
 # The bulk tables migration 1 created; a later bulk table is created by its own migration.
 _V1_BULK_TABLES = (REQUESTS, CHUNKS, METRIC_SAMPLES, ENGINE_STEPS, CLIENT_SAMPLES)
-MEMORY_SAMPLES = Table("memory_samples", MEMORY_SAMPLE_COLUMNS)  # version 12
+MEMORY_SAMPLES = Table("memory_samples", MEMORY_SAMPLE_COLUMNS, added=(("replica", 14),))  # version 12
 
 BULK_TABLES: dict[str, Table] = {t.name: t for t in (*_V1_BULK_TABLES, MEMORY_SAMPLES)}
 
@@ -466,9 +466,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, LINKS_MIGRATION_DESCRIPTION, LINKS_DDL),
     Migration(10, PROMETHEUS_MIGRATION_DESCRIPTION, PROMETHEUS_DDL),
     Migration(11, HANG_MIGRATION_DESCRIPTION, HANG_DDL),
-    Migration(12, MEMORY_MIGRATION_DESCRIPTION, (MEMORY_SAMPLES.ddl(), *MEMORY_DDL)),
+    Migration(12, MEMORY_MIGRATION_DESCRIPTION, (MEMORY_SAMPLES.ddl(12), *MEMORY_DDL)),
     Migration(13, WORKERS_MIGRATION_DESCRIPTION,
               (*REQUESTS.add_columns_ddl(13), *CLIENT_SAMPLES.add_columns_ddl(13), *WORKERS_DDL)),
+    Migration(14, "fleet runs: memory samples carry the replica they were scraped from",
+              MEMORY_SAMPLES.add_columns_ddl(14)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -40,8 +40,15 @@ def diagnose_memory(con: duckdb.DuckDBPyConnection, run_ref: str,
     opts = options or MemoryOptions()
     opts.validate()
     ctx = load_context(con, run_ref)
-    n_mem = con.execute("SELECT count(*) FROM memory_samples WHERE run_id = ?",
-                        [ctx.run_id]).fetchone()[0]
+    n_mem, replicas = con.execute(
+        "SELECT count(*), list(DISTINCT replica ORDER BY replica) FILTER (replica IS NOT NULL) "
+        "FROM memory_samples WHERE run_id = ?", [ctx.run_id]).fetchone()
+    if replicas and len(replicas) > 1:
+        # One engine's ledger: the replicas' counters and memory cannot be added up.
+        raise ValueError(
+            f"run {ctx.run_id} is a fleet run ({len(replicas)} replicas: {', '.join(replicas)}); "
+            "the memory playbook reads one engine's ledger: run the workload against one "
+            "replica (infbench run --url URL) and diagnose that run")
     sources = {**ctx.data_sources(), "memory_samples": n_mem > 0}
     diag = Diagnosis("memory", ctx.run_id, sources)
     diag.context["no_findings"] = ("No findings: no memory series grew with the finished "

@@ -32,7 +32,7 @@ def test_reference_engine_exposition_gives_every_column() -> None:
                    "kv_blocks_used": 25, "num_running": 3, "num_waiting": 2,
                    "preemptions_total": 7, "requests_finished_total": 9,
                    "process_rss_bytes": 123_456_789, "allocator_allocated_bytes": 1000,
-                   "allocator_reserved_bytes": 1500}
+                   "allocator_reserved_bytes": 1500, "replica": None}
 
 
 # vLLM 0.9-style exposition (both the deprecated and the new usage gauge, two DP engines).
@@ -75,3 +75,14 @@ def test_sglang_counts_tokens_as_pages() -> None:
 def test_scrape_without_memory_series_gives_no_row() -> None:
     assert memory_row(_cols('vllm:prompt_tokens_total{model_name="m"} 5\n')) is None
     assert memory_row({"t_ns": [], "name": [], "labels": [], "value": []}) is None
+
+
+def test_a_fleet_scrape_keeps_its_replica_and_a_dcgm_exporter_makes_no_row() -> None:
+    text = ('vllm:num_requests_running{model_name="m"} 3\n'
+            'process_resident_memory_bytes 123456789\n')
+    cols = _cols(text) | {"replica": ["b"] * 2, "source": ["metrics"] * 2}
+    row = memory_row(cols)
+    assert row is not None and row["replica"] == "b" and row["process_rss_bytes"] == 123456789
+    assert memory_row(_cols(text))["replica"] is None  # one target: no replica
+    # A dcgm-exporter also exposes process_resident_memory_bytes: its own, not the engine's.
+    assert memory_row(_cols(text) | {"replica": ["b"] * 2, "source": ["dcgm"] * 2}) is None

@@ -29,15 +29,16 @@ def store(tmp_path: Path):  # noqa: ANN201
 
 def _ledger(con, run_id: str, finished: np.ndarray, rss: np.ndarray, *,  # noqa: ANN001
             allocated: np.ndarray | None = None, reserved: np.ndarray | None = None,
-            blocks: int = 5000) -> None:
-    create_run(con, run_id=run_id, config={}, target_url="http://127.0.0.1:1", model="m",
-               endpoint="completions", t0_monotonic_ns=0)
+            blocks: int = 5000, replica: str | None = None, create: bool = True) -> None:
+    if create:
+        create_run(con, run_id=run_id, config={}, target_url="http://127.0.0.1:1", model="m",
+                   endpoint="completions", t0_monotonic_ns=0)
     n = len(finished)
     cols = {"t_ns": (np.arange(n) * 250_000_000).tolist(), "source": ["metrics"] * n,
             "kv_usage": [0.3] * n, "kv_blocks_used": [1500] * n, "kv_blocks_total": [blocks] * n,
             "num_running": [8] * n, "num_waiting": [0] * n, "preemptions_total": [0] * n,
             "requests_finished_total": finished.astype(int).tolist(),
-            "process_rss_bytes": rss.astype(np.int64).tolist()}
+            "process_rss_bytes": rss.astype(np.int64).tolist(), "replica": [replica] * n}
     if allocated is not None:
         cols["allocator_allocated_bytes"] = allocated.astype(np.int64).tolist()
     if reserved is not None:
@@ -188,3 +189,12 @@ def test_interval_holds_its_level_under_serially_correlated_noise() -> None:
         iid_hits += abs(fit.slope - 2.0) <= iid
     assert iid_hits / runs < 0.65
     assert hac_hits / runs >= 0.80
+
+
+def test_a_fleet_run_is_refused_not_added_up(store) -> None:  # noqa: ANN001
+    # Two replicas' counters and RSS interleaved in one regression would fit neither engine.
+    finished = np.arange(0, 400, 4)
+    _ledger(store, "r1", finished, 900 * MIB + 50_000 * finished, replica="a")
+    _ledger(store, "r1", finished, 2000 * MIB + 0 * finished, replica="b", create=False)
+    with pytest.raises(ValueError, match="fleet run .*2 replicas: a, b"):
+        diagnose_memory(store, "r1")
