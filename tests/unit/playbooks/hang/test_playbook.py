@@ -3,6 +3,8 @@ gloo aborted) and built captures of 2-8 ranks (who is behind, dead, all stuck, h
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +73,24 @@ def test_rank_gloo_aborted_is_a_member_without_a_dump(con) -> None:
     assert "rank 0" in d.findings[0].summary
 
 
-def test_long_min_wait_turns_the_real_hang_into_a_note(con) -> None:
-    d = _diag(con, capture_dumps(FIX / "hang"), min_wait_s=3600.0)
+def _dumps_written(src: Path, dst: Path, after_s: float) -> Path:
+    """A copy of a dump folder whose files say they were written `after_s` after the newest
+    collective began: a folder's waits run to each file's mtime, and a fresh clone's mtimes
+    are the clone's, hours or days after the fixture was captured."""
+    shutil.copytree(src, dst)
+    newest = max(e.time_created_ns for p in dst.glob("rank_*")
+                 for e in parse_dump(p.read_bytes(), p.name).entries)
+    at = newest + int(after_s * 1e9)
+    for p in dst.iterdir():
+        os.utime(p, ns=(at, at))
+    return dst
+
+
+@pytest.mark.parametrize("waited_s", [37.0, 1900.0])
+def test_long_min_wait_turns_the_real_hang_into_a_note(con, tmp_path: Path,
+                                                       waited_s: float) -> None:
+    d = _diag(con, capture_dumps(_dumps_written(FIX / "hang", tmp_path / "hang", waited_s)),
+              min_wait_s=3600.0)
     assert d.findings == [] and any("under --min-wait" in n for n in d.notes)
 
 
