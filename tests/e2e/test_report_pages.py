@@ -3,7 +3,7 @@
 loaded from anywhere, the charts fill their width, and hover, zoom and legend toggles work.
 
 Made here: a run of the bundled engine (`infbench run`, diagnosed so the Diagnosis section has
-findings), an auto sweep that saturates (`infbench sweep --mode auto`, knee and goodput maximum
+findings; its simulated GPU's dcgm-exporter series add the four GPU charts), an auto sweep that saturates (`infbench sweep --mode auto`, knee and goodput maximum
 marked) and the same sweep's first two points analysed alone (not saturated: no knee).
 Screenshots of the three pages at 1400 px are written to $INFBENCH_SCREENSHOTS when it is set
 (docs/reports.md), else into the test's temporary folder.
@@ -81,7 +81,7 @@ def _assert_clean(found: dict[str, Any], charts: int) -> None:
     assert "e+" not in ticks and "e-" not in ticks and "NaN" not in ticks
 
 
-@pytest.mark.parametrize(("name", "charts"), [("run", 11), ("sweep", 7), ("sweep_not_saturated", 6)])
+@pytest.mark.parametrize(("name", "charts"), [("run", 15), ("sweep", 7), ("sweep_not_saturated", 6)])
 def test_pages_at_1400_and_900_px_have_no_overlapping_text(pages: dict[str, Path], name: str,
                                                            charts: int, tmp_path: Path) -> None:
     page = pages[name]
