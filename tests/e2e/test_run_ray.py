@@ -153,7 +153,7 @@ def test_a_lost_node_marks_the_run_and_keeps_the_other_nodes_share(cluster: str,
 
     target = asyncio.run(preflight(engine.url, "completions", None, None))
     settings = RunSettings(url=target.url, endpoint="completions", model=target.model,
-                           arrivals=Arrivals("poisson", rate=14.0), num_requests=40, seed=21)
+                           arrivals=Arrivals("poisson", rate=6.0), num_requests=40, seed=21)
     wl = Synthetic(LengthDist.parse("uniform:32:96", "in"), LengthDist.parse("uniform:6:18", "out"), target.tokens)
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
