@@ -7,7 +7,12 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from infbench.commands.diagnose.session import fail, run_playbook
+from infbench.commands.diagnose.session import (
+    JSON_OUT,
+    SQL,
+    fail,
+    run_playbook,
+)
 from infbench.console import make_console
 from infbench.store import StoreError, open_store
 from playbooks.hang import HangOptions, diagnose_hang, resolve_capture
@@ -29,8 +34,8 @@ def hang(
     db: Path = typer.Option(Path("infbench.duckdb"), "--db", "--store", help="Store file (DuckDB)."),
     min_wait: float = typer.Option(1.0, "--min-wait", help="Seconds a collective must have "
                                    "been pending at the dump to count as stuck."),
-    json_out: bool = typer.Option(False, "--json", help="The diagnosis as JSON on stdout."),
-    sql: bool = typer.Option(False, "--sql", help="Show the SQL behind each piece of evidence."),
+    json_out: bool = JSON_OUT,
+    sql: bool = SQL,
     save: bool = typer.Option(True, "--save/--no-save", help="Keep the findings in the store "
                               "with the linked run (replacing this playbook's earlier ones)."),
 ) -> None:

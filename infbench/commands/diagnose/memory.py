@@ -7,7 +7,14 @@ from pathlib import Path
 import typer
 
 from infbench.commands.diagnose.cap_test import cap_sweep
-from infbench.commands.diagnose.session import fail, run_playbook
+from infbench.commands.diagnose.session import (
+    DB,
+    JSON_OUT,
+    SAVE,
+    SQL,
+    fail,
+    run_playbook,
+)
 from infbench.loadgen.preflight import PreflightError
 from infbench.store import StoreError
 from playbooks.memory import MemoryOptions, diagnose_memory
@@ -15,16 +22,15 @@ from playbooks.memory import MemoryOptions, diagnose_memory
 
 def memory(
     run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
-    db: Path = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB)."),
+    db: Path = DB,
     test_cap: bool = typer.Option(False, "--test-cap", help="If the KV pool ran out: run a short "
                                   "closed-loop sweep at the recommended cap and at the run's "
                                   "concurrency against the same target, and judge the cap."),
     url: str | None = typer.Option(None, help="Target for --test-cap (default: the run's URL)."),
     cap_duration: float = typer.Option(8.0, "--cap-duration", help="Seconds per --test-cap point."),
-    json_out: bool = typer.Option(False, "--json", help="The diagnosis as JSON on stdout."),
-    sql: bool = typer.Option(False, "--sql", help="Show the SQL behind each piece of evidence."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Keep the findings in the store "
-                              "with the run (replacing this playbook's earlier ones)."),
+    json_out: bool = JSON_OUT,
+    sql: bool = SQL,
+    save: bool = SAVE,
 ) -> None:
     """Where a run's memory went: fixed vs growing components, bytes per finished request and
     the suspects that rules out, KV exhaustion and a concurrency cap (runbook:

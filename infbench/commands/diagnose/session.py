@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import typer
@@ -17,10 +18,26 @@ from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis
 
+# The options every playbook verb takes, declared once.
+DB = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
+JSON_OUT = typer.Option(False, "--json", help="The diagnosis as JSON on stdout.")
+SQL = typer.Option(False, "--sql", help="Show the SQL behind each piece of evidence.")
+SAVE = typer.Option(True, "--save/--no-save", help="Keep the findings in the store "
+                    "with the run (replacing this playbook's earlier ones).")
+
 
 def fail(message: str) -> typer.Exit:
     print_error(message)
     return typer.Exit(2)
+
+
+def validated(options: Any) -> Any:
+    """A playbook's options, or exit 2 with the first line of what is wrong with them."""
+    try:
+        options.validate()
+    except ValueError as exc:
+        raise fail(str(exc).splitlines()[0]) from None
+    return options
 
 
 def _open(db: Path, save: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
