@@ -19,7 +19,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from infbench.loadgen.workers.clock import ClockOffset, estimate
+from infbench.loadgen.workers.clock import ClockOffset, measure
 from infbench.loadgen.workers.protocol import Message, boot_id, host_info
 from infbench.loadgen.workers.worker import Control, WorkerJob, run_worker
 
@@ -137,13 +137,9 @@ class ProcessWorker:
                     raise RuntimeError(f"worker {self.worker} did not answer a clock ping")
                 return self._pongs[-1]
 
-        samples = []
-        for _ in range(rounds):
-            t1 = time.monotonic_ns()
-            tw = ask()
-            samples.append((t1, tw, time.monotonic_ns()))
         mine = boot_id()
-        return estimate(samples, shared=mine is not None and self.info.get("boot_id") == mine)
+        return measure(ask, shared=mine is not None and self.info.get("boot_id") == mine,
+                       rounds=rounds)
 
     def start(self, job: WorkerJob) -> None:
         self._send(("job", job))

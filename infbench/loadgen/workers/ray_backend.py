@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from infbench.loadgen.workers.clock import ClockOffset, estimate
+from infbench.loadgen.workers.clock import ClockOffset, measure
 from infbench.loadgen.workers.protocol import Message, boot_id, host_info
 from infbench.loadgen.workers.worker import Control, WorkerJob, run_worker
 
@@ -151,13 +151,9 @@ class RayWorker:
         def ask() -> int:
             return int(ray.get(self._actor.now.remote(), timeout=_CALL_TIMEOUT_S))
 
-        samples = []
-        for _ in range(rounds):
-            t1 = time.monotonic_ns()
-            tw = ask()
-            samples.append((t1, tw, time.monotonic_ns()))
         mine = boot_id()
-        return estimate(samples, shared=mine is not None and self.info.get("boot_id") == mine)
+        return measure(ask, shared=mine is not None and self.info.get("boot_id") == mine,
+                       rounds=rounds)
 
     def start(self, job: WorkerJob) -> None:
         self._ray.get(self._actor.start.remote(job), timeout=_CALL_TIMEOUT_S)
