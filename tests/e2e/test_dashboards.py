@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 from collections.abc import Iterator
@@ -37,6 +38,27 @@ RATE_INTERVAL = "5s"  # 10 scrapes at 0.5 s: what Grafana's $__rate_interval giv
 
 
 LEGACY: list[str] = []  # the instance of the engine serving vLLM's pre-rename names
+# One evaluation time for every query, inside the load and with every family moving at it:
+# "now" would drift past the runs' end on a slow machine, and a rate over 5 s is then 0.
+AT: list[str] = []
+FAMILIES = ("sum(rate(infbench_requests_completed_total[5s])) > 0",
+            "sum(rate(vllm:time_to_first_token_seconds_count[5s])) > 0",
+            "sum(rate(sglang:time_to_first_token_seconds_count[5s])) > 0",
+            "sum(rate(vllm:time_per_output_token_seconds_count[5s])) > 0",
+            "sum(rate(vllm:e2e_request_latency_seconds_count[5s])) > 0",
+            "sum(rate(sglang:e2e_request_latency_seconds_count[5s])) > 0",
+            "DCGM_FI_DEV_SM_CLOCK")
+
+
+def _moment_with_every_family(prom: PrometheusServer, timeout_s: float) -> str | None:
+    """A recent evaluation time at which every family has data, or None after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        at = f"{time.time() - 0.5:.3f}"
+        if all(prom.api("query", query=e, time=at)["data"]["result"] for e in FAMILIES):
+            return at
+        time.sleep(0.5)
+    return None
 
 
 def _run(url: str, db: Path, *extra: str) -> subprocess.Popen[str]:
@@ -63,13 +85,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusS
             try:
                 # Data in every family before checking: latency histograms need two scrapes
                 # with observations in between.
-                for expr in ("sum(rate(infbench_requests_completed_total[5s])) > 0",
-                             "sum(rate(vllm:time_to_first_token_seconds_count[5s])) > 0",
-                             "sum(rate(sglang:time_to_first_token_seconds_count[5s])) > 0",
-                             "sum(rate(vllm:time_per_output_token_seconds_count[5s])) > 0",
-                             "DCGM_FI_DEV_SM_CLOCK"):
+                for expr in FAMILIES:
                     assert prom.wait_for(expr, timeout_s=40), (
                         expr, [r.poll() for r in runs], prom.log.read_text()[-1500:])
+                at = _moment_with_every_family(prom, timeout_s=30)
+                assert at, ([r.poll() for r in runs], prom.log.read_text()[-1500:])
+                AT[:] = [at]
                 yield prom, sg_engine.url
             finally:
                 for r in runs:
@@ -134,9 +155,10 @@ def test_every_panel_expression_returns_data(live: tuple[PrometheusServer, str])
 
 
 def _problem(prom: PrometheusServer, expr: str) -> str | None:
-    """None when the expression ran and gave at least one number; else what went wrong."""
+    """None when the expression ran and gave at least one number at the module's evaluation
+    time; else what went wrong."""
     try:
-        doc = prom.api("query", query=expr)
+        doc = prom.api("query", query=expr, time=AT[0])
     except urllib.error.HTTPError as err:  # Prometheus answers 400 for a parse error
         doc = json.loads(err.read())
     if doc["status"] != "success":
