@@ -90,6 +90,7 @@ WITH c AS (
 ), at_steps AS (
   SELECT e.event_id, max(s.e_ns - s.s_ns) / 1e6 AS longest_step_ms,
          arg_max(s.step_id, s.e_ns - s.s_ns) AS longest_step_id,
+         arg_max(s.s_ns, s.e_ns - s.s_ns) AS longest_step_start_ns,
          arg_max(s.prefill_tokens, s.e_ns - s.s_ns) AS longest_step_prefill,
          sum(s.preemptions) AS preemptions
   FROM events e JOIN steps s ON s.e_ns > e.first_start AND s.s_ns < e.last_end
@@ -99,6 +100,7 @@ SELECT e.event_id, e.ws, e.we, e.first_start, e.last_end, e.n_stalled, e.gap_ms,
        coalesce(a.n_active, 0) AS n_active, coalesce(p.n_progressing, 0) AS n_progressing,
        e.stalled, coalesce(st.longest_step_ms, 'NaN'::DOUBLE) AS longest_step_ms,
        coalesce(st.longest_step_id, -1) AS longest_step_id,
+       coalesce(st.longest_step_start_ns, -1) AS longest_step_start_ns,
        coalesce(st.longest_step_prefill, 0) AS longest_step_prefill,
        coalesce(st.preemptions, 0) AS preemptions
 FROM events e LEFT JOIN active a USING (event_id) LEFT JOIN progress p USING (event_id)
@@ -152,6 +154,7 @@ class Events:
     kind: np.ndarray            # engine_wide | private | undetermined
     cause: np.ndarray           # see classify()
     longest_step_id: np.ndarray  # -1 when unknown
+    longest_step_start_ns: np.ndarray  # on the run's axis; -1 when unknown
     longest_step_ms: np.ndarray
     longest_step_prefill: np.ndarray
     preemptions: np.ndarray
@@ -205,6 +208,7 @@ def find_events(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, base: B
         stalled=[list(map(int, s)) for s in cols["stalled"]],
         kind=np.empty(n, dtype=object), cause=np.empty(n, dtype=object),
         longest_step_id=np.asarray(cols["longest_step_id"], dtype=np.int64),
+        longest_step_start_ns=np.asarray(cols["longest_step_start_ns"], dtype=np.int64),
         longest_step_ms=np.asarray(cols["longest_step_ms"], dtype=float),
         longest_step_prefill=np.asarray(cols["longest_step_prefill"], dtype=np.int64),
         preemptions=np.asarray(cols["preemptions"], dtype=np.int64), sql=sql)

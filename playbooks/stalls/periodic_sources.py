@@ -10,6 +10,15 @@ the other clocks are refitted on that same grid. So "every 2.5 s = every 379 ste
 the same periods in both units, and the clocks are ranked by how tightly the same events
 keep time in each: the source's own clock has no drift, the others inherit the variation of
 step times or of throughput.
+
+Resolution. Every clock is read at step boundaries: a timer fires at the first step that
+starts after it is due, so in seconds its events scatter by up to one step duration even
+though it keeps perfect time; a garbage collector triggers inside the step whose tokens
+cross its threshold, so in tokens it scatters by one step's tokens; a step counter's events
+fall on whole steps. Jitter within a clock's resolution (the spread that quantisation alone
+gives, see `resolution`) is no evidence against that clock. When the step duration and the
+tokens per step hardly vary, every clock sits at its resolution and the run cannot tell
+the sources apart: the ranking then says so (a tie) instead of crowning the luckiest.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from playbooks.sql import fetch_numpy
 from playbooks.stalls.periodicity import PeriodFit, first_seen, fit_on_grid, fit_period
 
 STEP_SHAPES_SQL = """
-SELECT step_id, decode_seqs + (prefill_tokens > 0)::INTEGER AS batch
+SELECT step_id, decode_seqs + (prefill_tokens > 0)::INTEGER AS batch,
+       end_s - start_s AS duration_s
 FROM engine_steps WHERE run_id = $run_id ORDER BY step_id
 """
 
@@ -57,22 +67,46 @@ class Periodicity:
 JITTER_SCALE = 0.02
 
 
-def _score(fit: PeriodFit | None) -> float:
+def resolution(quanta: np.ndarray) -> float:
+    """Standard deviation of the delay from a due time, uniform in time (or tokens), to the
+    end of the quantum it falls in, for quanta of these sizes (step durations, tokens per
+    step). A due time lands in a quantum with probability proportional to its size, so
+    long steps weigh more: E[delay^k] = E[q^(k+1)] / ((k+1) E[q])."""
+    q = np.asarray(quanta, dtype=float)
+    q = q[np.isfinite(q) & (q > 0)]
+    if not len(q):
+        return 0.0
+    m1 = float(np.mean(q))
+    mean = float(np.mean(q ** 2)) / (2 * m1)
+    second = float(np.mean(q ** 3)) / (3 * m1)
+    return float(np.sqrt(max(second - mean * mean, 0.0)))
+
+
+def _score(fit: PeriodFit | None, floor: float = 0.0) -> float:
+    """Share on the period (0 unless significant), discounted by the jitter beyond the
+    clock's resolution `floor` (same unit as the period), so that between equally strong
+    fits the tighter clock wins clearly (0.05% vs 0.8% of a period is 0.98 vs 0.67)."""
     if fit is None:
         return 0.0
-    # Share on the period (0 unless significant), discounted by the jitter, so that between
-    # equally strong fits the tighter clock wins clearly (0.05% vs 0.8% is 0.98 vs 0.67).
     jitter = fit.jitter if np.isfinite(fit.jitter) else 1.0
-    return fit.strength * float(np.exp(-jitter / JITTER_SCALE))
+    # A sample standard deviation of n events at the floor exceeds it by up to ~2 standard
+    # errors (1 / sqrt(2 (n - 1)) each) by chance alone.
+    allowed = floor / fit.period * (1 + np.sqrt(2.0 / max(fit.hits - 1, 1)))
+    excess = float(np.sqrt(max(jitter * jitter - allowed * allowed, 0.0)))
+    return fit.strength * float(np.exp(-excess / JITTER_SCALE))
 
 
-def common_grid(clocks: dict[str, tuple[np.ndarray, float]]) -> tuple[str | None, dict[str, PeriodFit | None]]:
+def common_grid(clocks: dict[str, tuple[np.ndarray, float]], floors: dict[str, float] | None = None
+                ) -> tuple[str | None, dict[str, PeriodFit | None]]:
     """Fit each clock (name -> (event times, quantum), same events in the same order; NaN
     where a clock does not know an event), take the best-scoring fit's grid and refit the
     other clocks on it. Returns the grid's clock (None when no clock is significantly
-    periodic: each clock keeps its own fit then) and the fits."""
+    periodic: each clock keeps its own fit then) and the fits. `floors`: each clock's
+    resolution (see `resolution`), 0 where unknown."""
     own = {name: fit_period(x, q) for name, (x, q) in clocks.items()}
-    best = max(own, key=lambda name: (_score(own[name]), (own[name].llr if own[name] else -np.inf)))
+    fl = floors or {}
+    best = max(own, key=lambda name: (_score(own[name], fl.get(name, 0.0)),
+                                      (own[name].llr if own[name] else -np.inf)))
     lead = own[best]
     if lead is None or not lead.significant:
         return None, own
@@ -87,34 +121,41 @@ def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarra
     """`times_s`, `step_ids` (-1 where unknown) and `tokens`: one entry per event."""
     clocks: dict[str, tuple[np.ndarray, float]] = {"seconds": (np.asarray(times_s, dtype=float), 0.0),
                                                    "output tokens": (tokens.astype(float), 1.0)}
+    floors = {"seconds": 0.0, "steps": 0.0, "output tokens": 0.0}
+    shapes_sql, new_shape_share = None, 0.0
     if step_ids is not None:
         ids = np.asarray(step_ids, dtype=float)
         clocks["steps"] = (np.where(ids >= 0, ids, np.nan), 1.0)
-    grid_clock, fits = common_grid(clocks)
+        known = np.asarray(step_ids)[np.asarray(step_ids) >= 0]
+        if len(known):
+            shapes_sql, cols = fetch_numpy(con, STEP_SHAPES_SQL, run_id=run_id)
+            all_ids = np.asarray(cols["step_id"], dtype=np.int64)
+            batch = np.asarray(cols["batch"], dtype=float)
+            # The events' own (stalled) steps are not the clocks' quanta.
+            normal = ~np.isin(all_ids, known)
+            floors = {"seconds": resolution(np.asarray(cols["duration_s"], dtype=float)[normal]),
+                      "steps": resolution(np.ones(1)), "output tokens": resolution(batch[normal])}
+            new = first_seen(batch.astype(np.int64))
+            pos = np.clip(np.searchsorted(all_ids, known), 0, max(len(all_ids) - 1, 0))
+            new_shape_share = float(np.mean(new[pos])) if len(all_ids) else 0.0
+    grid_clock, fits = common_grid(clocks, floors)
     sec, stp, tok = fits["seconds"], fits.get("steps"), fits["output tokens"]
     sources = [
         Source("work every N engine steps (scheduler housekeeping, periodic cache/stat sweeps)",
-               "steps", _score(stp), stp,
+               "steps", _score(stp, floors["steps"]), stp,
                "the engine's per-step hooks: KV-cache/prefix-cache sweeps, stats every N steps"),
         Source("timer-driven host work (metrics/log flush, stats logger, health or autoscaler "
-               "probes)", "seconds", _score(sec), sec,
+               "probes)", "seconds", _score(sec, floors["seconds"]), sec,
                "engine log intervals (vLLM logs stats every few seconds), scrape intervals, "
                "cron-like threads; py-spy dump during a stall"),
         Source("garbage collection / allocation-driven pauses (keeps time with tokens produced)",
-               "output tokens", _score(tok), tok,
+               "output tokens", _score(tok, floors["output tokens"]), tok,
                "run with gc.set_debug(gc.DEBUG_STATS) or gc.callbacks timing; try gc.freeze() "
                "after startup"),
     ]
-    shapes_sql = None
-    if step_ids is not None and np.any(np.asarray(step_ids) >= 0):
-        known = np.asarray(step_ids)[np.asarray(step_ids) >= 0]
-        shapes_sql, cols = fetch_numpy(con, STEP_SHAPES_SQL, run_id=run_id)
-        ids = np.asarray(cols["step_id"], dtype=np.int64)
-        new = first_seen(np.asarray(cols["batch"], dtype=np.int64))
-        pos = np.clip(np.searchsorted(ids, known), 0, max(len(ids) - 1, 0))
-        share = float(np.mean(new[pos])) if len(ids) else 0.0
+    if shapes_sql is not None:
         sources.append(Source("CUDA graph capture / compilation for a batch shape seen for the "
-                              "first time", "batch shape", share, None,
+                              "first time", "batch shape", new_shape_share, None,
                               "capture sizes (cudagraph_capture_sizes) and warm-up; stalls stop "
                               "once every batch size has been seen"))
     sources.sort(key=lambda s: -s.score)

@@ -117,7 +117,12 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
             "They are not findings; see client_samples.loop_lag_ms.")
     wide = np.flatnonzero((ev.kind == "engine_wide") & np.isin(ev.cause, ["engine_pause", "unattributed"]))
     if len(wide):
-        times_s = (ev.we[wide] - (ev.gap_ms[wide] * 1e6).astype(np.int64)) / 1e9
+        # When the pause began: the engine's own stamp of its long step where the step log
+        # has it (a busy client's read times would add their noise to the seconds clock),
+        # else the client's gap start.
+        client_start = ev.we[wide] - (ev.gap_ms[wide] * 1e6).astype(np.int64)
+        engine_start = ev.longest_step_start_ns[wide]
+        times_s = np.where(engine_start >= 0, engine_start, client_start) / 1e9
         # One entry per event in every clock (-1: no step known), so that one grid can
         # count the same periods in seconds, steps and tokens.
         step_ids = ev.longest_step_id[wide] if ctx.has_steps else None

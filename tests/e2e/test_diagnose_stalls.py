@@ -19,6 +19,8 @@ import pytest
 from infbench.store import open_store
 from infbench.store.findings import load_diagnoses
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
+from playbooks.findings import Finding
+from playbooks.stalls.findings import RANK_TIE
 
 pytestmark = pytest.mark.e2e
 
@@ -44,9 +46,12 @@ def diagnose(db: Path, **opts: object) -> Diagnosis:
         con.close()
 
 
+def finding(diag: Diagnosis, verdict: str) -> Finding:
+    return next(f for f in diag.findings if f.verdict == verdict)
+
+
 def evidence(diag: Diagnosis, verdict: str, name: str) -> dict[str, object]:
-    finding = next(f for f in diag.findings if f.verdict == verdict)
-    return next(e.values for e in finding.evidence if e.name == name)
+    return next(e.values for e in finding(diag, verdict).evidence if e.name == name)
 
 
 def closed(requests: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
@@ -54,14 +59,25 @@ def closed(requests: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
             "--input-tokens", inp, "--output-tokens", out)
 
 
-# (fault, closed-loop run): each period is new to the tests; runs sized for 9-18 stalls.
+def poisson(requests: int, rate: float, inp: str, out: str) -> tuple[str, ...]:
+    return ("--arrival", "poisson", "--rate", str(rate), "--num-requests", str(requests),
+            "--input-tokens", inp, "--output-tokens", out)
+
+
+# (fault, run): each period is new to the tests; runs sized for 9-18 stalls. Long prompts
+# of mixed length make every few steps a prefill step several times longer than a decode
+# step, so the step duration varies and a timer drifts in steps (and a step counter in
+# seconds); random arrivals make the batch, so the tokens per step, vary too, so that a
+# step counter drifts in tokens. Only then can a run tell the clocks apart (see the tie
+# test below). A closed loop at a fixed concurrency keeps the batch, so tokens and steps
+# stay one clock there: it serves the timer cases only.
 PERIODIC = [
-    ("every_steps=33,duration_ms=110", closed(15, 5, "uniform:60:140", "200")),
-    ("every_steps=57,duration_ms=75", closed(16, 4, "uniform:80:160", "200")),
-    ("every_steps=85,duration_ms=160", closed(18, 6, "uniform:50:120", "300")),
-    ("every_s=0.45,duration_ms=95", closed(15, 5, "uniform:60:140", "200")),
-    ("every_s=0.7,duration_ms=130", closed(16, 4, "uniform:70:150", "250")),
-    ("every_s=1.1,duration_ms=60", closed(24, 6, "uniform:60:120", "450")),
+    ("every_steps=33,duration_ms=110", poisson(60, 9, "uniform:300:2500", "uniform:10:90")),
+    ("every_steps=57,duration_ms=75", poisson(70, 7, "uniform:400:3000", "uniform:20:120")),
+    ("every_steps=85,duration_ms=160", poisson(110, 12, "uniform:200:2200", "uniform:15:100")),
+    ("every_s=0.45,duration_ms=95", closed(60, 5, "uniform:300:2600", "uniform:20:70")),
+    ("every_s=0.7,duration_ms=130", closed(65, 4, "uniform:500:3000", "uniform:30:80")),
+    ("every_s=1.1,duration_ms=60", closed(110, 6, "uniform:250:2000", "uniform:40:100")),
 ]
 
 
@@ -86,11 +102,42 @@ def test_periodic_stall_fundamental_period_in_its_own_clock(tmp_path: Path, faul
     assert (sec["events_on_period"], sec["missed_periods"]) == (steps["events_on_period"],
                                                                 steps["missed_periods"])
     assert int(sec["events_on_period"]) >= 8
-    # The source's own clock ranks first.
+    # The source's own clock ranks first, clearly ahead of the other two.
     top = evidence(diag, "periodic_engine_stall", "periodic_sources_ranked")
-    assert next(iter(top)) == f"1. {clock}", top
+    ranked = list(top.items())
+    assert ranked[0][0] == f"1. {clock}", top
+    assert all(float(v) < RANK_TIE * float(ranked[0][1]) for _, v in ranked[1:]), top
+    assert "cannot tell" not in finding(diag, "periodic_engine_stall").summary
     wide = evidence(diag, "periodic_engine_stall", "engine_wide_stalls")
     assert float(duration[1]) <= float(wide["median_gap_ms"]) <= float(duration[1]) + 60
+
+
+# Short prompts and one output length at a fixed concurrency: every step decodes the same
+# batch and lasts the same time, so "every N steps" and "every N x step time seconds" (and
+# "every N x batch tokens") are the same clock in this run.
+STEADY = [
+    ("every_s=0.6,duration_ms=85", closed(16, 4, "uniform:60:120", "260")),
+    ("every_steps=48,duration_ms=120", closed(15, 5, "uniform:40:100", "220")),
+]
+
+
+@pytest.mark.parametrize(("fault", "load"), STEADY, ids=[f.split(",")[0] for f, _ in STEADY])
+def test_periodic_stall_at_a_steady_step_rate_is_a_tie_not_a_guess(
+        tmp_path: Path, fault: str, load: tuple[str, ...]) -> None:
+    db = tmp_path / "s.duckdb"
+    record(db, *load, engine=("--fault", f"periodic-stall:{fault}"))
+    diag = diagnose(db)
+    assert diag.verdicts()[0] == "periodic_engine_stall", diag.verdicts()
+    every = fault.split(",")[0].split("=")
+    clock = "steps" if every[0] == "every_steps" else "seconds"
+    top = evidence(diag, "periodic_engine_stall", "periodic_sources_ranked")
+    best = max(float(v) for v in top.values())
+    tied = {k.split(". ", 1)[1] for k, v in top.items() if float(v) >= RANK_TIE * best}
+    assert {"steps", "seconds"} <= tied, top
+    summary = finding(diag, "periodic_engine_stall").summary
+    assert "cannot tell these sources apart" in summary, summary
+    own = evidence(diag, "periodic_engine_stall", f"period_{clock}")
+    assert abs(float(own["period"]) / float(every[1]) - 1) <= 0.05, own
 
 
 def test_periodic_stall_findings_saved_reported_exported(tmp_path: Path) -> None:
