@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
-import numpy as np
 
 from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
 from infbench.loadgen.calibrate import Counter
@@ -33,9 +32,9 @@ from infbench.loadgen.client import RawResponse, make_pool, stream_post
 from infbench.loadgen.exposition import LiveExposition
 from infbench.loadgen.fleet import Replica, Router
 from infbench.loadgen.health import HealthMonitor, HealthSample
-from infbench.loadgen.memory_ledger import memory_row
 from infbench.loadgen.pacer import Pacer
-from infbench.loadgen.rows import parse_now, parse_stream, request_row
+from infbench.loadgen.rows import parse_now, parse_stream
+from infbench.loadgen.run_rows import RunRows
 from infbench.loadgen.run_types import LiveStats, RunOutcome, RunSettings
 from infbench.loadgen.scrape import ScrapeGroup
 from infbench.loadgen.seeds import Streams
@@ -43,10 +42,8 @@ from infbench.loadgen.sizing import Sizer
 from infbench.loadgen.sse import ParsedStream
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
 from infbench.loadgen.workloads.prompts import TokenModel
-from infbench.store.writer import ArrayBuffer, BatchWriter, ColumnBuffer
+from infbench.store.writer import BatchWriter
 
-CHUNK_BATCH_ROWS = 65536
-REQUEST_BATCH_ROWS = 2048
 _SPIN_S = 0.002
 _PREWARM_OPEN_LOOP = 32
 _PREWARM_MAX = 1024  # connections opened before the clock starts
@@ -80,12 +77,7 @@ class Runner:
         self.health = HealthMonitor(settings.sample_interval_s)
         self._path = ENDPOINTS[settings.endpoint]  # under the URL's own path, if it has one
         self._headers = auth_headers(settings.api_key)
-        self._chunks = ArrayBuffer("chunks")
-        self._requests = ColumnBuffer("requests")
-        self._metrics = ColumnBuffer("metric_samples")
-        self._steps = ColumnBuffer("engine_steps")
-        self._memory = ColumnBuffer("memory_samples")  # derived from each /metrics scrape
-        self._client = ColumnBuffer("client_samples")
+        self._rows = RunRows(writer)
         self._next_idx = 0
         # Requests sent or still to come from sessions begun: the count the stop-by-count
         # check sees, so a conversation is never started that the count would cut short.
@@ -408,24 +400,15 @@ class Runner:
     # -- rows --------------------------------------------------------------------------
     def _record(self, idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse, p: ParsedStream,
                 replica: int, conc: int) -> None:
-        t0 = self.t0_ns
         error_class = raw.error_class or p.error_class
-        error_message = redact(raw.error_message or p.error_message, self.s.api_key)
-        n = len(p.seq)
-        if n:
-            self._chunks.extend({
-                "request_idx": np.full(n, idx, dtype=np.int32), "seq": p.seq,
-                "t_ns": np.asarray(p.t_ns, dtype=np.int64) - t0,
-                "read_idx": p.read_idx, "nbytes": p.nbytes, "content": p.content,
-                "coalesced": p.coalesced})
-        row = request_row(idx, spec, intended_ns, raw, p, t0=t0, warmup_s=self.s.warmup_s,
-                          error_class=error_class, error_message=error_message)
-        row["replica"] = self._replicas[replica].name if self._fleet else None
-        row["replica_concurrency"] = conc
+        row = self._rows.request(
+            idx, spec, intended_ns, raw, p, t0_ns=self.t0_ns, warmup_s=self.s.warmup_s,
+            error_class=error_class,
+            error_message=redact(raw.error_message or p.error_message, self.s.api_key),
+            replica=self._replicas[replica].name if self._fleet else None, conc=conc)
         self._sizer.observe(spec, row["prompt_tokens"])
         if self._expo is not None:
             self._expo.observe(p, raw.send_ns, raw.end_ns or None, error_class is None)
-        self._requests.append(row)
         st = self.stats
         st.recent_done_ns.append(raw.end_ns or time.monotonic_ns())
         if error_class is None:
@@ -438,45 +421,24 @@ class Runner:
         else:
             st.errors += 1
             st.errors_by_class[error_class] = st.errors_by_class.get(error_class, 0) + 1
-        if len(self._chunks) >= CHUNK_BATCH_ROWS:
-            self.writer.put_buffer(self._chunks)
-        if len(self._requests) >= REQUEST_BATCH_ROWS:
-            self.writer.put_buffer(self._requests)
 
     def _on_health(self, s: HealthSample) -> None:
         self.stats.last_health = s
-        self._client.append({
-            "t_ns": s.t_ns - self.t0_ns, "in_flight": self.stats.in_flight,
-            "completed": self.stats.done, "errors": self.stats.errors,
-            "loop_lag_ms": s.loop_lag_ms, "schedule_lag_ms": s.schedule_lag_ms,
-            "cpu_percent": s.cpu_percent, "rss_bytes": s.rss_bytes})
-        if len(self._client) >= 256:
-            self.writer.put_buffer(self._client)
+        self._rows.health(s, self.t0_ns, self.stats.in_flight, self.stats.done, self.stats.errors)
 
     def _on_metrics(self, cols: dict[str, list[Any]]) -> None:
-        if cols["name"]:
-            self._metrics.extend(cols)
-            memory = memory_row(cols)
-            if memory is not None:
-                self._memory.append(memory)
-        if len(self._metrics) >= 20000:
-            self.writer.put_buffer(self._metrics)
+        self._rows.scrape(cols)
 
     def _on_steps(self, cols: dict[str, list[Any]]) -> None:
-        self._steps.extend(cols)
-        if len(self._steps) >= 20000:
-            self.writer.put_buffer(self._steps)
+        self._rows.engine_steps(cols)
 
     def flush_rows(self) -> None:
         """Hand the rows recorded so far to the writer (a worker ships them every interval, so
         a worker that dies loses only what it recorded since)."""
-        for buf in (self._chunks, self._requests, self._client, self._metrics, self._steps, self._memory):
-            self.writer.put_buffer(buf)
+        self._rows.flush()
 
     def _flush_all(self) -> None:
         while self._backlog:
             idx, spec, intended_ns, raw, replica, conc = self._backlog.popleft()
             self._record(idx, spec, intended_ns, raw, parse_now(raw, self.workload.needs_text), replica, conc)
-        for buf in (self._chunks, self._requests, self._metrics, self._steps, self._client,
-                    self._memory):
-            self.writer.put_buffer(buf)
+        self._rows.flush()
