@@ -57,17 +57,20 @@
     return a.unit && a.unit !== a.label ? a.label + " (" + a.unit + ")" : a.label;
   }
 
-  /* A vertical axis is as wide as its longest tick label, so labels never run into its title. */
+  /* A vertical axis is as wide as its longest tick label, so labels never run into its title.
+     uPlot asks again after each layout pass and the ticks can change with the new plot height
+     (900 -> 1,000): the size only grows from pass to pass, so the last ticks always fit and
+     the passes still converge. */
   function axisSize(u, values, axisIdx, cycleNum) {
     const axis = u.axes[axisIdx];
     if (axis.side % 2 === 0) return axis.ticks.size + axis.gap + 16; // a horizontal axis: one line
-    if (cycleNum > 1) return axis._size;
     let w = 0;
     if (values) {
       u.ctx.font = axis.font[0];
       for (const v of values) w = Math.max(w, u.ctx.measureText(v || "").width);
     }
-    return Math.ceil(axis.ticks.size + axis.gap + w / uPlot.pxRatio) + 4;
+    const need = Math.ceil(axis.ticks.size + axis.gap + w / uPlot.pxRatio) + 4;
+    return cycleNum > 1 ? Math.max(axis._size || 0, need) : need;
   }
 
   function yRange(a) {
