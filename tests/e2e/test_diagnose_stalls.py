@@ -113,8 +113,11 @@ def test_periodic_stall_fundamental_period_in_its_own_clock(tmp_path: Path, faul
 
 
 # Short prompts and one output length at a fixed concurrency: every step decodes the same
-# batch and lasts the same time, so "every N steps" and "every N x step time seconds" (and
-# "every N x batch tokens") are the same clock in this run.
+# batch and lasts about the same time, so "every N steps" and "every N x step time seconds"
+# (and "every N x batch tokens") are nearly one clock in this run. On a quiet machine they
+# tie; beside a busy neighbour the host's jitter varies the step time and the source's own
+# clock can pull ahead. Either is right; a wrong clock crowned alone (what the ranking did
+# before it knew each clock's resolution) never is.
 STEADY = [
     ("every_s=0.6,duration_ms=85", closed(16, 4, "uniform:60:120", "260")),
     ("every_steps=48,duration_ms=120", closed(15, 5, "uniform:40:100", "220")),
@@ -122,7 +125,7 @@ STEADY = [
 
 
 @pytest.mark.parametrize(("fault", "load"), STEADY, ids=[f.split(",")[0] for f, _ in STEADY])
-def test_periodic_stall_at_a_steady_step_rate_is_a_tie_not_a_guess(
+def test_periodic_stall_at_a_steady_step_rate_never_crowns_another_clock(
         tmp_path: Path, fault: str, load: tuple[str, ...]) -> None:
     db = tmp_path / "s.duckdb"
     record(db, *load, engine=("--fault", f"periodic-stall:{fault}"))
@@ -133,9 +136,9 @@ def test_periodic_stall_at_a_steady_step_rate_is_a_tie_not_a_guess(
     top = evidence(diag, "periodic_engine_stall", "periodic_sources_ranked")
     best = max(float(v) for v in top.values())
     tied = {k.split(". ", 1)[1] for k, v in top.items() if float(v) >= RANK_TIE * best}
-    assert {"steps", "seconds"} <= tied, top
+    assert clock in tied, top
     summary = finding(diag, "periodic_engine_stall").summary
-    assert "cannot tell these sources apart" in summary, summary
+    assert ("cannot tell these sources apart" in summary) == (len(tied) >= 2), summary
     own = evidence(diag, "periodic_engine_stall", f"period_{clock}")
     assert abs(float(own["period"]) / float(every[1]) - 1) <= 0.05, own
 
