@@ -87,14 +87,19 @@ WITH c AS (
   SELECT step_id, CAST(round(start_s * 1e9) AS BIGINT) - $t0_ns AS s_ns,
          CAST(round(end_s * 1e9) AS BIGINT) - $t0_ns AS e_ns, prefill_tokens, preemptions
   FROM engine_steps WHERE run_id = $run_id
-), at_steps AS (
-  SELECT e.event_id, max(s.e_ns - s.s_ns) / 1e6 AS longest_step_ms,
-         arg_max(s.step_id, s.e_ns - s.s_ns) AS longest_step_id,
-         arg_max(s.s_ns, s.e_ns - s.s_ns) AS longest_step_start_ns,
-         arg_max(s.prefill_tokens, s.e_ns - s.s_ns) AS longest_step_prefill,
-         sum(s.preemptions) AS preemptions
+), in_event AS (
+  -- how much of each step falls inside the event: the token that ends a gap reaches the
+  -- client a little after its step ended, so the next step (a stall, say) has often just
+  -- begun and overlaps the gap by that little; the gap belongs to the step covering most of it
+  SELECT e.event_id, s.*, least(s.e_ns, e.last_end) - greatest(s.s_ns, e.first_start) AS inside
   FROM events e JOIN steps s ON s.e_ns > e.first_start AND s.s_ns < e.last_end
-  GROUP BY e.event_id
+), at_steps AS (
+  SELECT event_id, arg_max(e_ns - s_ns, inside) / 1e6 AS longest_step_ms,
+         arg_max(step_id, inside) AS longest_step_id,
+         arg_max(s_ns, inside) AS longest_step_start_ns,
+         arg_max(prefill_tokens, inside) AS longest_step_prefill,
+         sum(preemptions) AS preemptions
+  FROM in_event GROUP BY event_id
 )
 SELECT e.event_id, e.ws, e.we, e.first_start, e.last_end, e.n_stalled, e.gap_ms, e.max_gap_ms,
        coalesce(a.n_active, 0) AS n_active, coalesce(p.n_progressing, 0) AS n_progressing,
@@ -153,7 +158,7 @@ class Events:
     stalled: list[list[int]]
     kind: np.ndarray            # engine_wide | private | undetermined
     cause: np.ndarray           # see classify()
-    longest_step_id: np.ndarray  # -1 when unknown
+    longest_step_id: np.ndarray  # the step covering most of the event; -1 when unknown
     longest_step_start_ns: np.ndarray  # on the run's axis; -1 when unknown
     longest_step_ms: np.ndarray
     longest_step_prefill: np.ndarray
