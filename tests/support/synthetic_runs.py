@@ -17,10 +17,12 @@ from infbench.store.writer import insert_batch, to_arrow
 
 
 def _durations(n_steps: int, step_ms: float, stall_every: int, stall_every_s: float,
-               stall_ms: float, stall_at: list[int]) -> np.ndarray:
+               stall_ms: float, stall_at: list[int], slow: dict[int, float] | None = None) -> np.ndarray:
     dur = np.full(n_steps, step_ms)
     at = np.asarray(stall_at, dtype=np.int64)
     dur[at[at < n_steps]] += stall_ms
+    for step, extra_ms in (slow or {}).items():
+        dur[step] += extra_ms
     if stall_every:
         dur[np.arange(n_steps) % stall_every == 0] += stall_ms
     if stall_every_s:
@@ -54,7 +56,7 @@ def _reads(r: np.ndarray, t: np.ndarray, windows_ns: np.ndarray, hold_ns: int) -
 
 def write_timeline(con, *, requests: int, concurrency: int, tokens: int, step_ms: float = 6.0,
                    stall_every: int = 0, stall_every_s: float = 0.0, stall_ms: float = 0.0,
-                   stall_at: list[int] | None = None,
+                   stall_at: list[int] | None = None, slow: dict[int, float] | None = None,
                    private: dict[int, tuple[int, float]] | None = None, steps: bool = True,
                    client_hold_every: int = 0, client_hold_ms: float = 0.0,
                    fail: dict[int, tuple[int, str, float]] | None = None,
@@ -63,6 +65,7 @@ def write_timeline(con, *, requests: int, concurrency: int, tokens: int, step_ms
     """Write one run; returns its run id.
 
     `stall_at`: step ids that stall by `stall_ms` (besides `stall_every`/`stall_every_s`).
+    `slow`: step id -> extra ms, each its own (a long prefill step next to a stall, say).
     `private`: request_idx -> (token index, extra ms), a gap only that request sees (its
     later tokens shift later). `client_hold_every`/`client_hold_ms`: every N steps the client
     stops reading for that long, then reads what arrived in one read (coalesced).
@@ -77,7 +80,7 @@ def write_timeline(con, *, requests: int, concurrency: int, tokens: int, step_ms
                model="synthetic", endpoint="completions", t0_monotonic_ns=0)
     waves = -(-requests // concurrency)
     n_steps = waves * tokens + 1
-    dur = _durations(n_steps, step_ms, stall_every, stall_every_s, stall_ms, stall_at or [])
+    dur = _durations(n_steps, step_ms, stall_every, stall_every_s, stall_ms, stall_at or [], slow)
     ends_ns = (np.cumsum(dur) * 1e6).astype(np.int64)
     starts_ns = ends_ns - (dur * 1e6).astype(np.int64)
     r = np.repeat(np.arange(requests), tokens)

@@ -142,3 +142,26 @@ def test_baseline_numbers_are_those_duckdb_gives_over_the_itl_view(tmp_path: Pat
                              "coalesced_chunks")]
     assert got == pytest.approx([round(float(v), 3) for v in row], abs=1e-3)
     assert base["coalesced_chunks"] > 0 and base["mad_ms"] > 0
+
+
+@pytest.mark.parametrize(("first_ms", "second_ms", "at"), [(60.0, 140.0, 49), (75.0, 210.0, 120)])
+def test_a_gap_belongs_to_the_step_covering_it_not_the_next_long_one(
+        tmp_path: Path, first_ms: float, second_ms: float, at: int) -> None:
+    """Two long steps back to back: the token ending the first one's gap reaches the client
+    a few microseconds after the second (longer) step began. Each gap is that step's; the
+    longer step touching the first gap must not claim it too (it was counted twice)."""
+    from playbooks.context import load_context
+    from playbooks.stalls.events import baseline, find_events, load_gaps
+    con = open_store(tmp_path / "s.duckdb")
+    try:
+        write_timeline(con, requests=8, concurrency=4, tokens=200,
+                       slow={at: first_ms, at + 1: second_ms})
+        ctx = load_context(con, "last", {"model": None, "gpu": None})
+        gaps = load_gaps(con, ctx.run_id)
+        base = baseline(con, ctx.run_id, gaps, 50.0)
+        assert base is not None
+        ev = find_events(con, ctx.run_id, ctx.t0_ns, base, True, False)
+    finally:
+        con.close()
+    assert sorted(ev.longest_step_id.tolist()) == [at, at + 1]
+    assert sorted(ev.longest_step_ms.round().tolist()) == [6 + first_ms, 6 + second_ms]
