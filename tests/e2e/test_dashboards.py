@@ -41,8 +41,14 @@ LEGACY: list[str] = []  # the instance of the engine serving vLLM's pre-rename n
 # One evaluation time for every query, inside the load and with every family moving at it:
 # "now" would drift past the runs' end on a slow machine, and a rate over 5 s is then 0.
 AT: list[str] = []
+# The vLLM families count engines, not series: the old-names engine is checked on its own, so
+# a moment at which only the new-names engine admitted requests would leave it without data
+# (seen on a loaded CI machine: TTFT, queue time and prefix-cache rates empty for it alone).
 FAMILIES = ("sum(rate(infbench_requests_completed_total[5s])) > 0",
-            "sum(rate(vllm:time_to_first_token_seconds_count[5s])) > 0",
+            "count(rate(vllm:time_to_first_token_seconds_count[5s]) > 0) >= 2",
+            "count(rate(vllm:request_queue_time_seconds_count[5s]) > 0) >= 2",
+            "count(rate(vllm:prefix_cache_queries_total[5s]) > 0"
+            " or rate(vllm:gpu_prefix_cache_queries_total[5s]) > 0) >= 2",
             "sum(rate(sglang:time_to_first_token_seconds_count[5s])) > 0",
             "sum(rate(vllm:time_per_output_token_seconds_count[5s])) > 0",
             "sum(rate(vllm:e2e_request_latency_seconds_count[5s])) > 0",
