@@ -94,19 +94,19 @@ WITH c AS (
   SELECT e.event_id, s.*, least(s.e_ns, e.last_end) - greatest(s.s_ns, e.first_start) AS inside
   FROM events e JOIN steps s ON s.e_ns > e.first_start AND s.s_ns < e.last_end
 ), at_steps AS (
-  SELECT event_id, arg_max(e_ns - s_ns, inside) / 1e6 AS longest_step_ms,
-         arg_max(step_id, inside) AS longest_step_id,
-         arg_max(s_ns, inside) AS longest_step_start_ns,
-         arg_max(prefill_tokens, inside) AS longest_step_prefill,
+  SELECT event_id, arg_max(e_ns - s_ns, inside) / 1e6 AS covering_step_ms,
+         arg_max(step_id, inside) AS covering_step_id,
+         arg_max(s_ns, inside) AS covering_step_start_ns,
+         arg_max(prefill_tokens, inside) AS covering_step_prefill,
          sum(preemptions) AS preemptions
   FROM in_event GROUP BY event_id
 )
 SELECT e.event_id, e.ws, e.we, e.first_start, e.last_end, e.n_stalled, e.gap_ms, e.max_gap_ms,
        coalesce(a.n_active, 0) AS n_active, coalesce(p.n_progressing, 0) AS n_progressing,
-       e.stalled, coalesce(st.longest_step_ms, 'NaN'::DOUBLE) AS longest_step_ms,
-       coalesce(st.longest_step_id, -1) AS longest_step_id,
-       coalesce(st.longest_step_start_ns, -1) AS longest_step_start_ns,
-       coalesce(st.longest_step_prefill, 0) AS longest_step_prefill,
+       e.stalled, coalesce(st.covering_step_ms, 'NaN'::DOUBLE) AS covering_step_ms,
+       coalesce(st.covering_step_id, -1) AS covering_step_id,
+       coalesce(st.covering_step_start_ns, -1) AS covering_step_start_ns,
+       coalesce(st.covering_step_prefill, 0) AS covering_step_prefill,
        coalesce(st.preemptions, 0) AS preemptions
 FROM events e LEFT JOIN active a USING (event_id) LEFT JOIN progress p USING (event_id)
      LEFT JOIN at_steps st USING (event_id)
@@ -158,10 +158,10 @@ class Events:
     stalled: list[list[int]]
     kind: np.ndarray            # engine_wide | private | undetermined
     cause: np.ndarray           # see classify()
-    longest_step_id: np.ndarray  # the step covering most of the event; -1 when unknown
-    longest_step_start_ns: np.ndarray  # on the run's axis; -1 when unknown
-    longest_step_ms: np.ndarray
-    longest_step_prefill: np.ndarray
+    covering_step_id: np.ndarray  # the step covering most of the event; -1 when unknown
+    covering_step_start_ns: np.ndarray  # on the run's axis; -1 when unknown
+    covering_step_ms: np.ndarray
+    covering_step_prefill: np.ndarray
     preemptions: np.ndarray
     sql: str
 
@@ -212,10 +212,10 @@ def find_events(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, base: B
         n_progressing=np.asarray(cols["n_progressing"], dtype=np.int64),
         stalled=[list(map(int, s)) for s in cols["stalled"]],
         kind=np.empty(n, dtype=object), cause=np.empty(n, dtype=object),
-        longest_step_id=np.asarray(cols["longest_step_id"], dtype=np.int64),
-        longest_step_start_ns=np.asarray(cols["longest_step_start_ns"], dtype=np.int64),
-        longest_step_ms=np.asarray(cols["longest_step_ms"], dtype=float),
-        longest_step_prefill=np.asarray(cols["longest_step_prefill"], dtype=np.int64),
+        covering_step_id=np.asarray(cols["covering_step_id"], dtype=np.int64),
+        covering_step_start_ns=np.asarray(cols["covering_step_start_ns"], dtype=np.int64),
+        covering_step_ms=np.asarray(cols["covering_step_ms"], dtype=float),
+        covering_step_prefill=np.asarray(cols["covering_step_prefill"], dtype=np.int64),
         preemptions=np.asarray(cols["preemptions"], dtype=np.int64), sql=sql)
     lag = _client_lag_at(con, run_id, ev.we) if has_client_samples and n else np.zeros(n)
     classify(ev, has_steps, lag)
@@ -234,12 +234,12 @@ def classify(ev: Events, has_steps: bool, client_lag_ms: np.ndarray) -> None:
     ev.kind[:] = "undetermined"
     ev.kind[(ev.n_active >= 2) & ~progressing] = "engine_wide"
     ev.kind[progressing] = "private"
-    long_step = ev.longest_step_ms >= 0.5 * ev.gap_ms  # NaN compares False
+    long_step = ev.covering_step_ms >= 0.5 * ev.gap_ms  # NaN compares False
     for i in range(len(ev)):
         if has_steps and ev.kind[i] == "private" and ev.preemptions[i] > 0:
             ev.cause[i] = "preemption"
         elif has_steps and long_step[i]:
-            ev.cause[i] = "prefill" if ev.longest_step_prefill[i] > 0 else "engine_pause"
+            ev.cause[i] = "prefill" if ev.covering_step_prefill[i] > 0 else "engine_pause"
         elif has_steps and ev.preemptions[i] > 0:
             ev.cause[i] = "preemption"
         elif has_steps or client_lag_ms[i] >= 0.5 * ev.gap_ms[i]:

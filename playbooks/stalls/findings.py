@@ -90,7 +90,7 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicit
         "events": len(idx), "median_gap_ms": _r(np.median(ev.gap_ms[idx])),
         "max_gap_ms": _r(np.max(ev.max_gap_ms[idx])), "typical_itl_ms": _r(base.median_ms),
         "median_requests_stalled": _r(float(np.median(ev.n_stalled[idx]))),
-        "longest_engine_step_ms": _r(float(np.nanmax(ev.longest_step_ms[idx])))
+        "longest_engine_step_ms": _r(float(np.nanmax(ev.covering_step_ms[idx])))
         if has_steps else None}, ev.sql), _tail_evidence(tail), *_period_evidence(per)]
     ranked = [s for s in per.sources if s.score > 0] if periodic else []
     if ranked:

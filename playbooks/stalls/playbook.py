@@ -121,11 +121,11 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
         # has it (a busy client's read times would add their noise to the seconds clock),
         # else the client's gap start.
         client_start = ev.we[wide] - (ev.gap_ms[wide] * 1e6).astype(np.int64)
-        engine_start = ev.longest_step_start_ns[wide]
+        engine_start = ev.covering_step_start_ns[wide]
         times_s = np.where(engine_start >= 0, engine_start, client_start) / 1e9
         # One entry per event in every clock (-1: no step known), so that one grid can
         # count the same periods in seconds, steps and tokens.
-        step_ids = ev.longest_step_id[wide] if ctx.has_steps else None
+        step_ids = ev.covering_step_id[wide] if ctx.has_steps else None
         per = rank_sources(con, ctx.run_id, times_s, step_ids,
                            tokens_before(con, ctx.run_id, ev.first_start[wide]))
         diag.findings.append(engine_wide_finding(ev, wide, gaps.tail(wide), per, cross, base,

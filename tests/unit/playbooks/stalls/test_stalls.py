@@ -163,5 +163,5 @@ def test_a_gap_belongs_to_the_step_covering_it_not_the_next_long_one(
         ev = find_events(con, ctx.run_id, ctx.t0_ns, base, True, False)
     finally:
         con.close()
-    assert sorted(ev.longest_step_id.tolist()) == [at, at + 1]
-    assert sorted(ev.longest_step_ms.round().tolist()) == [6 + first_ms, 6 + second_ms]
+    assert sorted(ev.covering_step_id.tolist()) == [at, at + 1]
+    assert sorted(ev.covering_step_ms.round().tolist()) == [6 + first_ms, 6 + second_ms]
