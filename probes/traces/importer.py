@@ -59,7 +59,8 @@ def _kind(path: Path) -> str:
                      "SQLite export (run `nsys export --type sqlite` on a .nsys-rep)")
 
 
-def _files(path: Path) -> tuple[str, list[tuple[Path, int | None]]]:
+def rank_files(path: Path) -> tuple[str, list[tuple[Path, int | None]]]:
+    """(source kind, [(file, rank hint)]) of a trace file or rank directory."""
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_file():
@@ -85,7 +86,7 @@ def import_trace(con: duckdb.DuckDBPyConnection, path: str | Path,
 
     Ownership: the caller owns `con` (writable, no transaction open) and closes it."""
     path = Path(path)
-    source, files = _files(path)
+    source, files = rank_files(path)
     run_id = None
     if run is not None:
         try:

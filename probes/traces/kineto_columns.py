@@ -1,0 +1,249 @@
+"""A Kineto (PyTorch profiler) file read into memory as numpy columns, without a store.
+
+`TraceFrame` (probes.traces.frame) analyses a trace file the way HTA does, in one process and
+no DuckDB file; this module gives it, per rank file, the complete events (`ph: X` with a
+category, a start and a duration) as columns, converted exactly as the store import converts
+them (`kineto._STAGE`), so both paths compute the same numbers:
+
+- numbers written as 7, 7.0 or "7" are the same number; a value that is not a number is
+  missing (the import's TRY_CAST), and a missing stream or correlation is -1, which every
+  analysis treats as missing;
+- `ts`/`dur` become integer nanoseconds exactly: a float's integer part is exact below 2**53
+  and its fraction carries the literal's three decimals while the float's spacing is under a
+  nanosecond (below 2**43 us, 101 days); past that a file with fractional timestamps is
+  parsed again keeping every literal as text.
+
+Two readers, chosen by the file's decompressed size: orjson, fastest for the traces one
+person captures (a few MB to tens of MB; DuckDB's connection alone costs more than parsing
+a 300 KB trace), and DuckDB's streaming JSON reader past `LARGE_BYTES`, where a Python
+object per event would take gigabytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from probes.traces.errors import TraceError
+
+LARGE_BYTES = 48 << 20      # decompressed JSON past which DuckDB's reader is used
+_EXACT_LIMIT = float(2 ** 43)  # us; below it a float keeps a literal's three decimals
+
+
+@dataclass
+class RankEvents:
+    """One rank file's complete events, in file order. Owns its arrays.
+
+    event_id is the event's index in `traceEvents` (the store's event_id); correlation and
+    stream are -1 where the file has none."""
+
+    rank: int
+    round_to_us: bool           # some timestamp has sub-microsecond digits (HTA rounds then)
+    event_id: np.ndarray        # int64
+    cat: np.ndarray             # object (str)
+    name: np.ndarray            # object (str or None)
+    start_ns: np.ndarray        # int64
+    end_ns: np.ndarray          # int64
+    correlation: np.ndarray     # int64
+    stream: np.ndarray          # int64
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def read_rank(path: Path, rank_hint: int | None) -> RankEvents:
+    """The complete events of the Kineto file at `path`; rank from the file's
+    distributedInfo, else `rank_hint`, else 0."""
+    size = _decompressed_size(path)
+    if size > LARGE_BYTES:
+        cols, meta = _read_with_duckdb(path)
+    else:
+        cols, meta = _read_with_orjson(path)
+    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank") if isinstance(dist.get("rank"), int) else rank_hint
+    return RankEvents(rank=int(rank or 0), metadata=meta, **cols)
+
+
+def _decompressed_size(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return path.stat().st_size
+            f.seek(-4, 2)
+            # gzip's trailer: the input's size modulo 2**32; a file larger than that is
+            # far past the threshold anyway, so the compressed size bounds it from below.
+            return max(struct.unpack("<I", f.read(4))[0], path.stat().st_size)
+    except OSError as exc:
+        raise TraceError(f"cannot read it ({exc.strerror or exc})") from None
+
+
+def _raw(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceError(f"corrupt or truncated gzip ({exc})") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read it ({exc.strerror or exc})") from None
+
+
+def _events_and_meta(doc: Any) -> tuple[list[Any], dict[str, Any]]:
+    if isinstance(doc, list):  # Chrome's "JSON Array Format": events only
+        return doc, {}
+    if not isinstance(doc, dict):
+        raise TraceError("not a JSON trace (it does not start with '{' or '[')")
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        raise TraceError("no traceEvents array (not a PyTorch profiler / Chrome trace)")
+    return events, {k: v for k, v in doc.items() if k != "traceEvents"}
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    """float64 of each value: numbers and numeric text as numbers, the rest NaN."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([_float(v) for v in values], dtype=np.float64)
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool) or v is None:
+        return np.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _ids(values: list[Any]) -> np.ndarray:
+    """int64 ids (streams, correlations) as the import's TRY_CAST(... AS DOUBLE AS BIGINT)
+    reads them: rounded, -1 where missing or not a number."""
+    x = _floats(values)
+    ok = np.isfinite(x) & (np.abs(x) < 2.0 ** 62)
+    return np.where(ok, np.rint(np.where(ok, x, 0)), -1).astype(np.int64)
+
+
+def _ns(x: np.ndarray) -> np.ndarray:
+    """Microseconds (finite floats) to integer nanoseconds, exact below _EXACT_LIMIT."""
+    whole = np.floor(x)
+    return whole.astype(np.int64) * 1000 + np.rint((x - whole) * 1000).astype(np.int64)
+
+
+def _exact_ns(values: list[Any]) -> np.ndarray:
+    out = np.zeros(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        try:
+            out[i] = int((Decimal(str(v)) * 1000).quantize(Decimal(1)))
+        except (InvalidOperation, ValueError, TypeError):
+            out[i] = 0
+    return out
+
+
+def _read_with_orjson(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    raw = _raw(path)
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"malformed JSON ({exc})") from None
+    events, meta = _events_and_meta(doc)
+    del doc
+    try:
+        ts_v = [e.get("ts") for e in events]
+    except AttributeError:  # an event that is not an object: read as an empty one
+        events = [e if isinstance(e, dict) else {} for e in events]
+        ts_v = [e.get("ts") for e in events]
+    ts = _floats(ts_v)
+    has_ts = np.isfinite(ts)
+    if has_ts.any() and np.abs(ts[has_ts]).max() >= _EXACT_LIMIT and any(
+            type(v) is float for v in ts_v):
+        start_all = _exact_start_ns(raw, len(events))
+    else:
+        start_all = np.zeros(len(events), dtype=np.int64)
+        start_all[has_ts] = _ns(ts[has_ts])
+    round_to_us = bool((start_all[has_ts] % 1000 != 0).any())
+    # Complete events (`ph: X` with a category, a start and a duration), one pass for all
+    # their fields; zip(*rows) turns the rows into columns in C.
+    rows = [(i, e.get("cat"), e.get("name"), e.get("dur"), e.get("args"))
+            for i, e in enumerate(events) if e.get("ph") == "X"]
+    del events
+    if not rows:
+        return _no_events(round_to_us), meta
+    ids, cat, name, dur_v, args = zip(*rows, strict=True)
+    del rows
+    idx = np.array(ids, dtype=np.int64)
+    dur = _floats(list(dur_v))
+    cats = _strings(cat)
+    ok = has_ts[idx] & np.isfinite(dur) & np.not_equal(cats, None)
+    ids_args = [(a.get("correlation"), a.get("stream")) if a.__class__ is dict else (None, None)
+                for a in args]
+    corr, stream = zip(*ids_args, strict=True)
+    start = start_all[idx]
+    cols = {
+        "event_id": idx, "cat": cats, "name": _strings(name), "start_ns": start,
+        "end_ns": start + _ns(np.where(np.isfinite(dur), dur, 0)),
+        "correlation": _ids(list(corr)), "stream": _ids(list(stream)),
+    }
+    if not ok.all():
+        cols = {k: v[ok] for k, v in cols.items()}
+    return {"round_to_us": round_to_us, **cols}, meta
+
+
+def _no_events(round_to_us: bool) -> dict[str, Any]:
+    z = np.zeros(0, dtype=np.int64)
+    return {"round_to_us": round_to_us, "event_id": z, "cat": np.empty(0, dtype=object),
+            "name": np.empty(0, dtype=object), "start_ns": z, "end_ns": z, "correlation": z,
+            "stream": z}
+
+
+def _strings(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
+    # Text columns as the import reads them: a JSON string as is, other values as their
+    # JSON text (DuckDB's VARCHAR of a number), missing as None.
+    out = np.empty(len(values), dtype=object)
+    out[:] = [v if v.__class__ is str or v is None else json.dumps(v) for v in values]
+    return out
+
+
+def _exact_start_ns(raw: bytes, n: int) -> np.ndarray:
+    """Start times from the literals themselves, for epoch-microsecond files with decimals."""
+    events, _ = _events_and_meta(json.loads(raw, parse_float=str))
+    vals = [(e.get("ts") if isinstance(e, dict) else None) for e in events]
+    return _exact_ns(vals) if len(vals) == n else np.zeros(n, dtype=np.int64)
+
+
+def _read_with_duckdb(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    import duckdb
+
+    from probes.traces import kineto
+
+    con = duckdb.connect(":memory:")
+    try:
+        with tempfile.TemporaryDirectory(prefix="infbench-trace-") as tmp:
+            meta = kineto.stage(con, path, Path(tmp), "_events")
+        round_to_us = bool(con.execute(
+            "SELECT coalesce(bool_or(start_ns % 1000 <> 0), false) FROM _events").fetchall()[0][0])
+        cols = con.execute(
+            "SELECT event_id, cat, name, start_ns, start_ns + dur_ns AS end_ns, "
+            "coalesce(correlation, -1) AS correlation, coalesce(stream, -1) AS stream "
+            "FROM _events WHERE ph = 'X' AND cat IS NOT NULL AND start_ns IS NOT NULL "
+            "AND dur_ns IS NOT NULL ORDER BY event_id").fetchnumpy()
+    finally:
+        con.close()
+    out: dict[str, Any] = {"round_to_us": round_to_us}
+    for k, v in cols.items():
+        if k in ("cat", "name"):
+            arr = np.empty(len(v), dtype=object)
+            arr[:] = np.ma.getdata(v)
+            if np.ma.is_masked(v):
+                arr[np.ma.getmaskarray(v)] = None
+            out[k] = arr
+        else:
+            out[k] = np.asarray(np.ma.getdata(v), dtype=np.int64)
+    return out, meta
