@@ -13,10 +13,13 @@ them (`kineto._STAGE`), so both paths compute the same numbers:
   nanosecond (below 2**43 us, 101 days); past that a file with fractional timestamps is
   parsed again keeping every literal as text.
 
-Two readers, chosen by the file's decompressed size: orjson, fastest for the traces one
+Two readers, chosen by the file's decompressed size: msgspec, fastest for the traces one
 person captures (a few MB to tens of MB; DuckDB's connection alone costs more than parsing
 a 300 KB trace), and DuckDB's streaming JSON reader past `LARGE_BYTES`, where a Python
-object per event would take gigabytes.
+object per event would take gigabytes. msgspec decodes each event into a struct of the six
+fields the timeline reads and skips the rest of it (a CPU op's argument lists are most of a
+trace's bytes) without making objects for them; a file of another shape (an event or its
+`args` not an object) is read again with the standard library's parser, slower but general.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
-import orjson
 
 from probes.traces.errors import TraceError
 
@@ -66,7 +69,7 @@ def read_rank(path: Path, rank_hint: int | None) -> RankEvents:
     if size > LARGE_BYTES:
         cols, meta = _read_with_duckdb(path)
     else:
-        cols, meta = _read_with_orjson(path)
+        cols, meta = _read_in_python(path)
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) else rank_hint
     return RankEvents(rank=int(rank or 0), metadata=meta, **cols)
@@ -147,44 +150,93 @@ def _exact_ns(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _read_with_orjson(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+class _Args(msgspec.Struct):
+    correlation: Any = None
+    stream: Any = None
+
+
+class _Event(msgspec.Struct):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args | None = None
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event]  # noqa: N815 - the file's own key
+    schemaVersion: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    traceName: Any = None  # noqa: N815
+
+
+_DECODE = msgspec.json.Decoder(_Trace | list[_Event]).decode
+
+# (event index, cat, name, dur, correlation, stream) of each `ph: X` event, and every
+# event's ts: what the timeline reads from a file.
+_Fields = tuple[list[Any], list[tuple[Any, ...]]]
+
+
+def _fields_from_structs(doc: _Trace | list[_Event]) -> tuple[_Fields, dict[str, Any]]:
+    if isinstance(doc, list):
+        events, meta = doc, {}
+    else:
+        events = doc.traceEvents
+        meta = {k: v for k, v in msgspec.structs.asdict(doc).items()
+                if k != "traceEvents" and v is not None}
+    ts_v = [e.ts for e in events]
+    rows = [(i, e.cat, e.name, e.dur, *((e.args.correlation, e.args.stream) if e.args else (None, None)))
+            for i, e in enumerate(events) if e.ph == "X"]
+    return (ts_v, rows), meta
+
+
+def _fields_from_dicts(doc: Any) -> tuple[_Fields, dict[str, Any]]:
+    events, meta = _events_and_meta(doc)
+    ev = [e if isinstance(e, dict) else {} for e in events]
+    ts_v = [e.get("ts") for e in ev]
+    rows = []
+    for i, e in enumerate(ev):
+        if e.get("ph") == "X":
+            a = e.get("args") if isinstance(e.get("args"), dict) else {}
+            rows.append((i, e.get("cat"), e.get("name"), e.get("dur"), a.get("correlation"),
+                         a.get("stream")))
+    return (ts_v, rows), meta
+
+
+def _read_in_python(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     raw = _raw(path)
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        (ts_v, rows), meta = _fields_from_structs(_DECODE(raw))
+    except msgspec.ValidationError:
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise TraceError(f"malformed JSON ({exc})") from None
+        (ts_v, rows), meta = _fields_from_dicts(doc)
+    except msgspec.DecodeError as exc:
         raise TraceError(f"malformed JSON ({exc})") from None
-    events, meta = _events_and_meta(doc)
-    del doc
-    try:
-        ts_v = [e.get("ts") for e in events]
-    except AttributeError:  # an event that is not an object: read as an empty one
-        events = [e if isinstance(e, dict) else {} for e in events]
-        ts_v = [e.get("ts") for e in events]
     ts = _floats(ts_v)
     has_ts = np.isfinite(ts)
     if has_ts.any() and np.abs(ts[has_ts]).max() >= _EXACT_LIMIT and any(
             type(v) is float for v in ts_v):
-        start_all = _exact_start_ns(raw, len(events))
+        start_all = _exact_start_ns(raw, len(ts_v))
     else:
-        start_all = np.zeros(len(events), dtype=np.int64)
+        start_all = np.zeros(len(ts_v), dtype=np.int64)
         start_all[has_ts] = _ns(ts[has_ts])
     round_to_us = bool((start_all[has_ts] % 1000 != 0).any())
-    # Complete events (`ph: X` with a category, a start and a duration), one pass for all
-    # their fields; zip(*rows) turns the rows into columns in C.
-    rows = [(i, e.get("cat"), e.get("name"), e.get("dur"), e.get("args"))
-            for i, e in enumerate(events) if e.get("ph") == "X"]
-    del events
     if not rows:
         return _no_events(round_to_us), meta
-    ids, cat, name, dur_v, args = zip(*rows, strict=True)
+    # zip(*rows) turns the rows into columns in C.
+    ids, cat, name, dur_v, corr, stream = zip(*rows, strict=True)
     del rows
     idx = np.array(ids, dtype=np.int64)
     dur = _floats(list(dur_v))
     cats = _strings(cat)
+    # Complete events: `ph: X` with a category, a start and a duration.
     ok = has_ts[idx] & np.isfinite(dur) & np.not_equal(cats, None)
-    ids_args = [(a.get("correlation"), a.get("stream")) if a.__class__ is dict else (None, None)
-                for a in args]
-    corr, stream = zip(*ids_args, strict=True)
     start = start_all[idx]
     cols = {
         "event_id": idx, "cat": cats, "name": _strings(name), "start_ns": start,

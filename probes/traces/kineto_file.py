@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ _HEAD_LIMIT = 64 << 20  # the array must start within this many bytes
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
+_LONG_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')  # 1e12 us and more, with decimals
+_TS_NUMBER = re.compile(rb'("ts"\s*:\s*)(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,37 @@ def _array_end(f: BinaryIO, size: int, thorough: bool = False) -> int:
         window *= 8
 
 
+def _copy(src: BinaryIO, dst: BinaryIO, first: bytes) -> bool:
+    """Write `first` and the rest of `src` to `dst`; whether a `ts` needs its literal kept."""
+    dst.write(first)
+    found = bool(_LONG_TS.search(first))
+    tail = first[-64:]
+    while chunk := src.read(_CHUNK):
+        dst.write(chunk)
+        if not found:
+            found = bool(_LONG_TS.search(tail + chunk))
+        tail = chunk[-64:]
+    return found
+
+
+def _quote_timestamps(path: Path) -> None:
+    """Rewrite every `"ts": <number>` in the file as `"ts": "<number>"`, in chunks cut at a
+    comma (no number spans one)."""
+    tmp = path.with_name(path.name + ".quoted")
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        carry = b""
+        while chunk := src.read(_CHUNK):
+            buf = carry + chunk
+            cut = buf.rfind(b",")
+            if cut < 0:
+                carry = buf
+                continue
+            dst.write(_TS_NUMBER.sub(rb'\1"\2"', buf[:cut]))
+            carry = buf[cut:]
+        dst.write(_TS_NUMBER.sub(rb'\1"\2"', carry))
+    tmp.replace(path)
+
+
 def extract(path: Path, tmpdir: Path, thorough: bool = False) -> KinetoFile:
     """Write the events of the Kineto trace at `path` to a file in `tmpdir`; parse the rest."""
     out = tmpdir / (path.name.replace(".gz", "") + ".events.json")
@@ -109,29 +141,33 @@ def extract(path: Path, tmpdir: Path, thorough: bool = False) -> KinetoFile:
                 head += chunk
                 stripped = head.lstrip()
                 if stripped[:1] == b"[":  # Chrome's "JSON Array Format": events only
-                    dst.write(stripped)
-                    shutil.copyfileobj(src, dst, _CHUNK)
-                    return KinetoFile(out, {})
+                    quote = _copy(src, dst, bytes(stripped))
+                    prefix, tail = None, b""
+                    break
                 if stripped[:1] not in (b"{", b""):
                     raise TraceError("not a JSON trace (it does not start with '{' or '[')")
                 m = _KEY.search(head)
                 if m:
+                    prefix = bytes(head[: m.start()])
+                    quote = _copy(src, dst, bytes(head[m.end() - 1:]))
                     break
                 if not chunk or len(head) > _HEAD_LIMIT:
                     raise TraceError("no traceEvents array (not a PyTorch profiler / Chrome trace)")
-            prefix = bytes(head[: m.start()])
-            dst.write(head[m.end() - 1:])
             del head
-            shutil.copyfileobj(src, dst, _CHUNK)
-            size = dst.tell()
-            end = _array_end(dst, size, thorough)
-            dst.seek(end + 1)
-            tail = dst.read()
-            dst.truncate(end + 1)
+            if prefix is not None:
+                size = dst.tell()
+                end = _array_end(dst, size, thorough)
+                dst.seek(end + 1)
+                tail = dst.read()
+                dst.truncate(end + 1)
+        if quote:
+            _quote_timestamps(out)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceError(f"corrupt or truncated gzip ({exc})") from None
     except OSError as exc:
         raise TraceError(f"cannot read it ({exc.strerror or exc})") from None
+    if prefix is None:
+        return KinetoFile(out, {})
     try:
         metadata = json.loads(prefix + b'"traceEvents": []' + tail)
     except ValueError as exc:

@@ -17,7 +17,6 @@ import numpy as np
 from probes.traces.timeline_arrays import KTYPES, TimelineArrays
 
 Rows = tuple[list[str], list[tuple[Any, ...]]]
-_IDLE_KINDS = (0, 1, 2)  # kernel, memcpy, memset
 _CATEGORIES = ("host_wait", "kernel_wait", "other")
 
 
@@ -34,6 +33,20 @@ def _pct(part: float, whole: float, digits: int = 2) -> float:
     if whole == 0:
         return math.nan if part == 0 else math.copysign(math.inf, part)
     return _round(100 * part / whole, digits)
+
+
+def _quantile(sorted_x: np.ndarray, q: float) -> float:
+    """quantile_cont: linear between the two nearest ranks (numpy's default method, without
+    its per-call setup, which costs more than these small groups)."""
+    pos = (len(sorted_x) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_x) - 1)
+    return float(sorted_x[lo] + (sorted_x[hi] - sorted_x[lo]) * (pos - lo))
+
+
+def _std(x: np.ndarray) -> float:
+    """Sample standard deviation (n > 1)."""
+    return math.sqrt(float(((x - x.mean()) ** 2).sum()) / (len(x) - 1))
 
 
 def _starts(*keys: np.ndarray) -> np.ndarray:
@@ -97,7 +110,7 @@ def temporal(tl: TimelineArrays) -> Rows:
 def idle_gaps(tl: TimelineArrays, delay: float = 30) -> tuple[np.ndarray, ...]:
     """(rank, stream, interval, category index) of each kernel/memcpy/memset: the gap before
     it on its stream (NaN for a stream's first) and its cause."""
-    m = np.isin(tl.kind, _IDLE_KINDS)
+    m = tl.kind <= 2  # kernel, memcpy, memset (KINDS' first three)
     rank, stream, ts, e, eid, lts = (x[m] for x in (tl.rank, tl.stream, tl.ts, tl.e,
                                                      tl.event_id, tl.launch_ts))
     o = np.lexsort((eid, ts, stream, rank))
@@ -145,9 +158,9 @@ def idle_stats(tl: TimelineArrays, delay: float = 30) -> Rows:
         if not n:
             rows.append((*head, *([None] * 7)))
             continue
-        q = np.quantile(x, [0.25, 0.5, 0.75])
-        rows.append((*head, float(x.mean()), float(x.std(ddof=1)) if n > 1 else None,
-                     float(x.min()), float(q[0]), float(q[1]), float(q[2]), float(x.max())))
+        x = np.sort(x)
+        rows.append((*head, float(x.mean()), _std(x) if n > 1 else None, float(x[0]),
+                     _quantile(x, 0.25), _quantile(x, 0.5), _quantile(x, 0.75), float(x[-1])))
     return ["rank", "stream", "idle_category", "count", "mean", "std", "min", "p25", "p50",
             "p75", "max"], rows
 
@@ -199,8 +212,7 @@ def kernel_types(tl: TimelineArrays) -> Rows:
 
 def kernels(tl: TimelineArrays, num_kernels: int = 10, duration_ratio: float = 0.8,
             include_memory: bool = True) -> Rows:
-    types = (0, 1, 2) if include_memory else (0, 1)
-    m = np.isin(tl.ktype, types)
+    m = tl.ktype <= (2 if include_memory else 1)  # KTYPES: COMPUTATION, COMMUNICATION, MEMORY
     names, rank, kt, dur = tl.name[m], tl.rank[m], tl.ktype[m], tl.dur[m]
     index: dict[Any, int] = {}
     code = np.fromiter((index.setdefault(n, len(index)) for n in names), np.int64, len(names))
@@ -212,7 +224,7 @@ def kernels(tl: TimelineArrays, num_kernels: int = 10, duration_ratio: float = 0
         x = dur[o[a:z]]
         n = len(x)
         mean = float(x.mean())
-        std = float(np.sqrt(((x - mean) ** 2).sum() / (n - 1))) if n > 1 else 0.0
+        std = _std(x) if n > 1 else 0.0
         key = (int(rank[o[a]]), int(kt[o[a]]))
         groups.setdefault(key, []).append((uniq[code[o[a]]], n, float(x.sum()), float(x.max()),
                                            float(x.min()), mean, std))
@@ -221,7 +233,7 @@ def kernels(tl: TimelineArrays, num_kernels: int = 10, duration_ratio: float = 0
         per.sort(key=lambda g: (-g[2], g[0]))
         cum = np.cumsum([g[2] for g in per])
         folded = len(per) > num_kernels
-        q = float(np.quantile(cum, duration_ratio))
+        q = _quantile(cum, duration_ratio)  # cum is ascending
         labels: dict[str, list[tuple]] = {}
         for i, g in enumerate(per):
             label = "others" if folded and (cum[i] > q or i >= num_kernels) else g[0]
@@ -230,7 +242,7 @@ def kernels(tl: TimelineArrays, num_kernels: int = 10, duration_ratio: float = 0
             sums = np.array([g[2] for g in gs])
             if folded:
                 stats = (float(sums.max()), float(sums.min()), float(sums.mean()),
-                         float(sums.std(ddof=1)) if len(gs) > 1 else 0.0)
+                         _std(sums) if len(gs) > 1 else 0.0)
             else:
                 stats = gs[0][3:7]
             rows.append((r, KTYPES[k], label, sum(g[1] for g in gs), float(sums.sum()), *stats))
@@ -246,7 +258,7 @@ def overlap(tl: TimelineArrays) -> Rows:
                    np.concatenate([np.ones(len(cp), np.int64), np.full(len(mp), 2, np.int64)]))
     comm = {k // 8: v for k, v in _per_part_sum(cp, ce - cs).items()}
     rows = []
-    for r in np.unique(tl.rank).tolist():
+    for r in sorted(set(tl.rank.tolist())):
         ov = times.get((r, 3), 0.0)
         c = comm.get(r)
         pct = None if c is None else _pct(ov, c)
