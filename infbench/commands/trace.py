@@ -16,6 +16,8 @@ from infbench.console import make_console
 from infbench.store import StoreError
 from probes.traces import TraceError, import_trace
 from probes.traces.analysis import ANALYSES, Timeline
+from probes.traces.frame import ANALYSES as IN_MEMORY
+from probes.traces.frame import TraceFrame
 
 app = typer.Typer(help="Profiler traces: import PyTorch profiler / Nsight Systems traces, analyse their timelines.",
                   no_args_is_help=True, add_completion=False)
@@ -106,7 +108,9 @@ def _fmt(v: Any) -> str:
 
 @app.command("analyze")
 def analyze(
-    trace: str = typer.Argument("last", help="Trace id, unique prefix, 'last', or a linked run id."),
+    trace: str = typer.Argument("last", help="Trace id, unique prefix, 'last', or a linked run id; "
+                                "or a Kineto trace file / rank directory, analysed in memory "
+                                "without importing it (HTA's breakdowns only, no --sql)."),
     db: Path = DB_OPTION,
     only: str | None = typer.Option(None, help=f"Comma-separated analyses: {', '.join(ANALYSES)}."),
     top: int = typer.Option(10, help="Kernels shown per rank and type before 'others'."),
@@ -114,33 +118,52 @@ def analyze(
     sql: bool = typer.Option(False, "--sql", help="Print the SQL behind each table."),
 ) -> None:
     """Timeline analysis of an imported trace: idle/compute breakdown, idle causes per stream,
-    kernel types and top kernels, comm/compute overlap, launch delays, CPU-bound steps."""
+    kernel types and top kernels, comm/compute overlap, launch delays, CPU-bound steps.
+    Given a Kineto file or rank directory instead, HTA's breakdowns of it, in memory."""
     names = [n.strip() for n in only.split(",")] if only else [a for a in ANALYSES if a != "cpu_steps"]
     unknown = [n for n in names if n not in ANALYSES]
     if unknown:
         raise fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
     if top < 1:
         raise fail("--top must be >= 1")
-    results: dict[str, tuple[list[str], list[tuple[Any, ...]], str]] = {}
-    with store_or_exit(db, read_only=True) as con:
+    results: dict[str, tuple[list[str], list[tuple[Any, ...]], str | None]] = {}
+    if trace != "last" and Path(trace).exists():
+        label = f"{trace} (in memory, not imported)"
+        names = names if only else list(IN_MEMORY)
+        if sql:
+            raise fail(f"--sql: {trace} is analysed in memory, without SQL; import it "
+                       "(`infbench trace import`) to see the SQL behind each table")
+        stored_only = [n for n in names if n not in IN_MEMORY]
+        if stored_only:
+            raise fail(f"--only: {stored_only[0]!r} needs the trace imported (`infbench trace "
+                       f"import`); a file is analysed in memory for {', '.join(IN_MEMORY)}")
         try:
-            with Timeline(con, trace) as tl:
-                trace_id = tl.trace_id
-                if tl.cpu_only and not only:
-                    names = ["cpu_steps"]  # what a CPU-only profile (no GPU events) can say
-                for n in names:
-                    results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
+            frame = TraceFrame.read(trace)
+            for n in names:
+                results[n] = (*frame.query(n, **({"num_kernels": top} if n == "kernels" else {})), None)
         except TraceError as exc:
             raise fail(str(exc)) from None
+        trace_id = None
+    else:
+        with store_or_exit(db, read_only=True) as con:
+            try:
+                with Timeline(con, trace) as tl:
+                    trace_id = label = tl.trace_id
+                    if tl.cpu_only and not only:
+                        names = ["cpu_steps"]  # what a CPU-only profile (no GPU events) can say
+                    for n in names:
+                        results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
+            except TraceError as exc:
+                raise fail(str(exc)) from None
     if json_out:
-        out = {"trace_id": trace_id, **{n: [dict(zip(c, r, strict=True)) for r in rows]
+        out = {"trace_id": trace_id, **({} if trace_id else {"path": trace}), **{n: [dict(zip(c, r, strict=True)) for r in rows]
                                          for n, (c, rows, _) in results.items()}}
         sys.stdout.write(json.dumps(out, indent=2, default=str).replace("NaN", "null") + "\n")
         return
     console = make_console()
     if not console.is_terminal:
         console.width = 200  # piped to a file or a log: rows on one line each, not folded
-    console.print(f"trace {trace_id}" + (" (CPU-only profile: no GPU events; per-step CPU "
+    console.print(f"trace {label}" + (" (CPU-only profile: no GPU events; per-step CPU "
                                            "ops only)" if names == ["cpu_steps"] else ""))
     for n, (cols, rows, text) in results.items():
         t = Table(title=_TITLES[n], title_justify="left")
@@ -150,5 +173,5 @@ def analyze(
         for r in rows:
             t.add_row(*(short_name(v) if i == name_at else _fmt(v) for i, v in enumerate(r)))
         console.print(t)
-        if sql:
+        if sql and text:
             console.print(text)

@@ -43,11 +43,44 @@ def test_rank_directory_nsys_and_list(tmp_path: Path) -> None:
     assert json.loads(r.stdout)["temporal"][0]["kernel_time_us"] == pytest.approx(1097327.843)
 
 
+def test_a_trace_file_analysed_in_memory_gives_the_imported_numbers(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.duckdb")
+    assert infbench("trace", "import", str(TWO_RANKS), "--db", db).returncode == 0
+    names = "temporal,idle,idle_stats,kernel_types,kernels,overlap"
+    stored = json.loads(infbench("trace", "analyze", "last", "--db", db, "--json", "--only", names,
+                                 "--top", "3").stdout)
+    r = infbench("trace", "analyze", str(TWO_RANKS), "--json", "--top", "3")
+    assert r.returncode == 0, r.stderr
+    mine = json.loads(r.stdout)
+    assert mine["trace_id"] is None and mine["path"] == str(TWO_RANKS)
+    for n in names.split(","):
+        assert len(mine[n]) == len(stored[n]), n
+        if n == "kernel_types":
+            continue  # ordered by time; compared as a set below
+        for a, b in zip(mine[n], stored[n], strict=True):
+            assert a.keys() == b.keys()
+            for k in a:
+                assert a[k] == pytest.approx(b[k], rel=1e-9) if isinstance(a[k], float) else a[k] == b[k]
+    assert {x["kernel_type"] for x in mine["kernel_types"]} == {x["kernel_type"] for x in stored["kernel_types"]}
+    r = infbench("trace", "analyze", str(NCCL2))
+    assert r.returncode == 0 and "in memory, not imported" in r.stdout and "ncclKernel" in r.stdout
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--sql"], "analysed in memory, without SQL"),
+    (["--only", "steps"], "'steps' needs the trace imported"),
+])
+def test_what_a_file_cannot_give_is_one_line(args: list[str], says: str) -> None:
+    r = infbench("trace", "analyze", str(NCCL2), *args)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args", [
     ["trace", "import", "/nonexistent/trace.json"],
     ["trace", "import", "{bad}"],
     ["trace", "import", "{fixture}", "--run", "no-such-run"],
     ["trace", "analyze", "no-such-trace"],
+    ["trace", "analyze", "{bad}"],
     ["trace", "analyze", "last", "--only", "nonsense"],
     ["trace", "analyze", "last", "--top", "0"],
 ])

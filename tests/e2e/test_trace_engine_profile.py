@@ -11,7 +11,9 @@ import pytest
 
 from infbench.store import open_store
 from probes.traces import import_trace
+from probes.traces.frame import TraceFrame
 from tests.e2e.engine_process import running_engine
+from tests.unit.probes.traces_support import same_as_store
 
 pytestmark = pytest.mark.e2e
 
@@ -48,6 +50,8 @@ def test_start_stop_profile_writes_a_trace_of_the_steps_between(tmp_path: Path) 
     t = import_trace(con, path)
     # qwen2.5-3b: 36 layers x 5 kernels + the head per step
     assert t.counts["trace_gpu_ops"] == len(steps) * (36 * 5 + 1)
+    # the same file analysed in memory gives the imported trace's numbers
+    same_as_store(TraceFrame.read(path), con, t.trace_id)
     con.close()
 
 

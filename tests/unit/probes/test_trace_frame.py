@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import re
 from pathlib import Path
 
@@ -24,32 +23,8 @@ import probes.traces.kineto_columns as kc
 from infbench.store import open_store
 from probes.traces import TraceError, import_trace
 from probes.traces.analysis import Timeline
-from probes.traces.frame import ANALYSES, TraceFrame
-from tests.unit.probes.traces_support import KINETO, nsys_sqlite
-
-
-def _close(a: object, b: object) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, float) or isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):  # type: ignore[arg-type]
-            return math.isnan(a) and math.isnan(b)  # type: ignore[arg-type]
-        return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))  # type: ignore[operator]
-    return a == b
-
-
-def _same(frame: TraceFrame, con, trace_id: str) -> None:
-    with Timeline(con, trace_id) as tl:
-        assert tl.events == frame.events
-        for name in ANALYSES:
-            cols, rows = frame.query(name)
-            scols, srows, _ = tl.query(name)
-            assert cols == scols, name
-            if name == "kernel_types":  # SQL orders by time alone; ties are in any order
-                srows = sorted(srows, key=lambda r: (-r[1], r[0]))
-            assert len(rows) == len(srows), (name, rows, srows)
-            for mine, theirs in zip(rows, srows, strict=True):
-                assert all(_close(a, b) for a, b in zip(mine, theirs, strict=True)), (name, mine, theirs)
+from probes.traces.frame import TraceFrame
+from tests.unit.probes.traces_support import KINETO, nsys_sqlite, same_as_store
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +40,7 @@ def test_fixtures_match_the_store_path(store, trace: str, reader: str, monkeypat
     if reader == "duckdb":
         monkeypatch.setattr(kc, "LARGE_BYTES", 0)
     frame = TraceFrame.read(KINETO[trace])
-    _same(frame, store, import_trace(store, KINETO[trace]).trace_id)
+    same_as_store(frame, store, import_trace(store, KINETO[trace]).trace_id)
 
 
 def test_both_readers_give_the_same_columns(monkeypatch) -> None:
@@ -179,7 +154,7 @@ def test_generated_traces_match_the_store_path(store, tmp_path_factory, docs: li
         with Timeline(store, import_trace(store, src).trace_id) as tl:
             assert tl.events == 0
         return
-    _same(frame, store, import_trace(store, src).trace_id)
+    same_as_store(frame, store, import_trace(store, src).trace_id)
 
 
 # ---- exactness and bad input ----------------------------------------------------------------
@@ -202,7 +177,7 @@ def test_epoch_microsecond_timestamps_with_decimals_stay_exact(store, tmp_path: 
     t = import_trace(store, p)
     assert store.execute("SELECT start_ns FROM trace_gpu_ops WHERE trace_id = ?",
                          [t.trace_id]).fetchall() == [(base * 1000 + 123,)]
-    _same(TraceFrame.read(p), store, t.trace_id)
+    same_as_store(TraceFrame.read(p), store, t.trace_id)
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -272,4 +247,4 @@ def test_a_launch_at_the_last_step_start_is_cut(store, tmp_path: Path, fractiona
     p.write_text('{"traceEvents": [' + ", ".join(ev) + "]}")
     frame = TraceFrame.read(p)
     assert frame.events == 2  # the kernel launched at 150 and the op starting at 199
-    _same(frame, store, import_trace(store, p).trace_id)
+    same_as_store(frame, store, import_trace(store, p).trace_id)
