@@ -47,14 +47,18 @@ TRACES = {
     "filter2rank": sorted((FIX / "sampled_2ranks").glob("*.json.gz")),
 }
 
-HTA_CHILD = r"""
-import json, resource, sys, time, warnings, logging
+# Every child reports its process's peak resident memory (VmHWM) the same way.
+PEAK_MB = r"""
 def peak_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-warnings.filterwarnings("ignore"); logging.disable(logging.WARNING)
+"""
+
+HTA_CHILD = r"""
+import json, resource, sys, time, warnings, logging
+{peak_mb}warnings.filterwarnings("ignore"); logging.disable(logging.WARNING)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 t1 = time.perf_counter()
@@ -75,12 +79,7 @@ print(json.dumps(out, default=float))
 
 INFBENCH_CHILD = r"""
 import json, resource, sys, time
-def peak_mb():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-t0 = time.perf_counter()
+{peak_mb}t0 = time.perf_counter()
 from infbench.store import open_store
 from probes.traces import import_trace
 from probes.traces.analysis import Timeline
@@ -114,12 +113,7 @@ print(json.dumps(out, default=float))
 
 FRAME_CHILD = r"""
 import json, resource, sys, time
-def peak_mb():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-t0 = time.perf_counter()
+{peak_mb}t0 = time.perf_counter()
 from probes.traces.frame import TraceFrame
 t1 = time.perf_counter()
 tf = TraceFrame.read(sys.argv[1])
@@ -132,6 +126,10 @@ t3 = time.perf_counter()
 out = {"import_s": t1 - t0, "load_s": t2 - t1, "analyses_s": t3 - t2, "peak_mb": peak_mb(), **res}
 print(json.dumps(out, default=float))
 """
+
+
+HTA_CHILD, INFBENCH_CHILD, FRAME_CHILD = (
+    c.replace("{peak_mb}", PEAK_MB) for c in (HTA_CHILD, INFBENCH_CHILD, FRAME_CHILD))
 
 
 def replicate(src: Path, dest: Path, copies: int) -> int:

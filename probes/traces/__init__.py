@@ -2,7 +2,8 @@
 
 `import_trace(con, path, run=None)` loads a trace file or rank directory into the store's
 trace tables (`docs/store.md`); `probes.traces.analysis` computes HTA's timeline breakdowns
-from those tables in SQL and returns pandas DataFrames.
+from those tables in SQL and returns pandas DataFrames; `probes.traces.frame.TraceFrame`
+computes HTA's breakdowns of a Kineto file in memory, without a store, with the same numbers.
 """
 
 from probes.traces.errors import TraceError
