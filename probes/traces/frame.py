@@ -52,7 +52,7 @@ class TraceFrame:
             ranks = []
             for f, hint in files:
                 try:
-                    ranks.append(read_rank(f, hint if len(files) > 1 else None))
+                    ranks.append(read_rank(f, hint))  # as the import: the name's rank in a directory
                 except TraceError as exc:
                     raise TraceError(f"{f}: {exc}") from None
         finally:

@@ -159,24 +159,27 @@ def test_generated_traces_match_the_store_path(store, tmp_path_factory, docs: li
 
 # ---- exactness and bad input ----------------------------------------------------------------
 
-def test_epoch_microsecond_timestamps_with_decimals_stay_exact(store, tmp_path: Path) -> None:
-    # 1.7e15 us with three decimals has 19 significant digits: a float cannot hold them, so
-    # the reader goes back to the literals.
-    base = 1695835542481129
-    ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": f"{base}.123", "dur": 5.5,
+@pytest.mark.parametrize("base", [1695835542481129, 9500000000000])
+def test_epoch_microsecond_timestamps_with_decimals_stay_exact(store, tmp_path: Path, base: int) -> None:
+    # 1.7e15 us with three decimals has 19 significant digits, 9.5e12 us 16 where a double's
+    # spacing is 2 ns: a float cannot hold them, so both readers go back to the literals.
+    # (.124 and .001 are among the decimals a double at 9.5e12 turns into .123 and .002)
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": f"{base}.124", "dur": 5.5,
            "args": {"stream": 7, "correlation": 1}},
           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": f"{base - 3}.001",
            "dur": 1, "args": {"correlation": 1}}]
-    text = json.dumps({"traceEvents": ev}).replace('"' + f"{base}.123" + '"', f"{base}.123") \
+    text = json.dumps({"traceEvents": ev}).replace('"' + f"{base}.124" + '"', f"{base}.124") \
         .replace('"' + f"{base - 3}.001" + '"', f"{base - 3}.001")
     p = tmp_path / "epoch.json"
     p.write_text(text)
     r = kc.read_rank(p, None)
-    assert sorted(r.start_ns.tolist()) == [(base - 3) * 1000 + 1, base * 1000 + 123]
+    assert sorted(r.start_ns.tolist()) == [(base - 3) * 1000 + 1, base * 1000 + 124]
     assert r.round_to_us
     t = import_trace(store, p)
-    assert store.execute("SELECT start_ns FROM trace_gpu_ops WHERE trace_id = ?",
-                         [t.trace_id]).fetchall() == [(base * 1000 + 123,)]
+    assert store.execute(
+        "SELECT start_ns FROM trace_gpu_ops WHERE trace_id = $t UNION ALL "
+        "SELECT start_ns FROM trace_api_calls WHERE trace_id = $t", {"t": t.trace_id},
+    ).fetchall() == [(base * 1000 + 124,), ((base - 3) * 1000 + 1,)]
     same_as_store(TraceFrame.read(p), store, t.trace_id)
 
 
@@ -248,3 +251,15 @@ def test_a_launch_at_the_last_step_start_is_cut(store, tmp_path: Path, fractiona
     frame = TraceFrame.read(p)
     assert frame.events == 2  # the kernel launched at 150 and the op starting at 199
     same_as_store(frame, store, import_trace(store, p).trace_id)
+
+
+def test_rank_from_the_file_name_in_a_directory(store, tmp_path: Path) -> None:
+    # No distributedInfo: in a directory the rank comes from the file's name, as on import.
+    doc = json.loads(gzip.decompress(KINETO["alexnet"].read_bytes()))
+    del doc["distributedInfo"]
+    d = tmp_path / "one"
+    d.mkdir()
+    (d / "worker_rank-3.json").write_text(json.dumps(doc))
+    frame = TraceFrame.read(d)
+    assert frame.ranks == [3]
+    same_as_store(frame, store, import_trace(store, d).trace_id)
