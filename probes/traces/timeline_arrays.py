@@ -62,6 +62,22 @@ class TimelineArrays:
     def dur(self) -> np.ndarray:
         return self.e - self.ts
 
+    def check_invariants(self) -> None:
+        """Raise AssertionError when the columns disagree with each other."""
+        n = len(self.ts)
+        for f in self.__dataclass_fields__:
+            assert len(getattr(self, f)) == n, f"{f}: {len(getattr(self, f))} rows, not {n}"
+        assert ((self.kind >= 0) & (self.kind < len(KINDS))).all(), "kind out of KINDS"
+        assert ((self.ktype >= 0) & (self.ktype < len(KTYPES))).all(), "ktype out of KTYPES"
+        assert (self.stream != -1).all(), "an event without a stream"
+        assert np.isfinite(self.ts).all() and np.isfinite(self.e).all(), "a time is not finite"
+        assert (np.isnan(self.launch_ts) == np.isnan(self.launch_e)).all(), "half a launch"
+        # rounding inward moves each end less than a microsecond, to whole microseconds: an
+        # op shorter than one can end up to one before it starts (HTA does the same), no more
+        assert (self.e - self.ts >= -1).all(), "an op ends over a microsecond before it starts"
+        launched = ~np.isnan(self.launch_ts)
+        assert (self.correlation[launched] != -1).all(), "a launch without a correlation"
+
     def __len__(self) -> int:
         return len(self.ts)
 

@@ -48,6 +48,7 @@ def same_as_store(frame: Any, con: Any, trace_id: str) -> None:
     from probes.traces.analysis import Timeline
     from probes.traces.frame import ANALYSES
 
+    frame.timeline.check_invariants()
     with Timeline(con, trace_id) as tl:
         assert tl.events == frame.events
         for name in ANALYSES:
