@@ -41,7 +41,7 @@ def kernel_type(name: str | None) -> int:
 
 @dataclass
 class TimelineArrays:
-    """One row per analysed GPU event, sorted by (rank, event_id). Owns its arrays.
+    """One row per analysed GPU event, rank file by rank file, in file order. Owns its arrays.
 
     ts/e/dur are microseconds (float64) from the origin; launch_ts/launch_e are the launch
     call's (NaN without one); kind and ktype index KINDS and KTYPES."""
