@@ -79,7 +79,10 @@ PERIODIC = [
     ("every_steps=85,duration_ms=160", poisson(150, 12, "uniform:200:2200", "uniform:15:100")),
     ("every_s=0.45,duration_ms=95", closed(60, 5, "uniform:300:2600", "uniform:20:70")),
     ("every_s=0.7,duration_ms=130", closed(65, 4, "uniform:500:3000", "uniform:30:80")),
-    ("every_s=1.1,duration_ms=60", closed(110, 6, "uniform:250:2000", "uniform:40:100")),
+    # 160 requests, ~15 stalls: with 110 (10-11 stalls of 60 ms) the fit's log-likelihood
+    # ratio came out 31-42 against the 28 that makes it significant, and one run beside a
+    # busy neighbour failed this case
+    ("every_s=1.1,duration_ms=60", closed(160, 6, "uniform:250:2000", "uniform:40:100")),
 ]
 
 
