@@ -5,8 +5,9 @@ says why each is HTA's): GPU ops are complete events on a stream other than -1 (
 annotations or the profiler's own span); with two or more distinct `ProfilerStep` names the
 last step of each rank is cut off (a GPU op stays when a launch call sharing its correlation
 started before the cut; an op without a correlation when it started before it); with
-sub-microsecond timestamps every event is rounded inward to whole microseconds; times are
-microseconds from `origin`, a whole microsecond at or before the first GPU op.
+sub-microsecond timestamps every event is rounded inward to whole microseconds, from the
+doubles HTA parses (`hta_doubles`); times are microseconds from `origin`, a whole
+microsecond at or before the first GPU op.
 """
 
 from __future__ import annotations
@@ -96,11 +97,27 @@ def _per_value(values: np.ndarray, fn, codes: tuple[list, np.ndarray] | None = N
     return table[inv] if len(values) else table
 
 
-def _us(ns: np.ndarray, origin: int, rounding: bool, up: bool) -> np.ndarray:
-    x = (ns - origin) / 1000.0
+def hta_doubles(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A Kineto event's start and end (us) as the doubles HTA rounds: the `ts` literal's
+    nearest double, and that plus the `dur` literal's. An epoch-microsecond ts (1.7e15) is
+    a double only to a quarter microsecond, so rounding it, not the exact literal, is what
+    gives HTA's numbers (exact rounding put 0.3 points more idle on a real trace). q + r/1000
+    is the literal's nearest double: q is exact, r/1000 has 3 decimals and so is never
+    close enough to a rounding midpoint (a multiple of 1/8 or finer) for its own error to
+    matter. timeline_sql.HTA_TS is the same in SQL."""
+    q = start_ns // 1000
+    ts = q.astype(np.float64) + (start_ns - q * 1000) / 1000.0
+    return ts, ts + (end_ns - start_ns) / 1000.0
+
+
+def _us(start_ns: np.ndarray, end_ns: np.ndarray, origin: int, rounding: bool,
+        ) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) in us from origin; rounded inward, as HTA rounds, when `rounding`."""
     if not rounding:
-        return x
-    return np.ceil(x) if up else np.floor(x)
+        return (start_ns - origin) / 1000.0, (end_ns - origin) / 1000.0
+    ts, end = hta_doubles(start_ns, end_ns)
+    o = float(origin // 1000)  # a whole microsecond: the differences stay exact
+    return np.ceil(ts) - o, np.floor(end) - o
 
 
 def select(ranks: list[RankEvents]) -> TimelineArrays:
@@ -143,14 +160,14 @@ def _rank_rows(r: RankEvents, g: np.ndarray, a: np.ndarray, origin: int, cut: in
     corr = r.correlation[a]
     first = np.flatnonzero(np.r_[True, corr[1:] != corr[:-1]]) if len(a) else np.zeros(0, np.int64)
     l_corr = corr[first]
-    l_ts = _us(r.start_ns[a[first]], origin, rnd, True)
-    l_e = _us(r.end_ns[a[first]], origin, rnd, False)
+    l_ts, l_e = _us(r.start_ns[a[first]], r.end_ns[a[first]], origin, rnd)
     if cut is None:
         l_before = np.ones(len(first), dtype=bool)
     else:
         a_start = r.start_ns[a]
         if rnd:
-            early = np.ceil((a_start - origin) / 1000.0) < np.ceil((cut - origin) / 1000.0)
+            cut_ts = np.ceil(hta_doubles(np.array([cut]), np.array([cut]))[0])
+            early = np.ceil(hta_doubles(a_start, a_start)[0]) < cut_ts
         else:
             early = a_start < cut
         l_before = (np.logical_or.reduceat(early, first) if len(first)
@@ -164,6 +181,7 @@ def _rank_rows(r: RankEvents, g: np.ndarray, a: np.ndarray, origin: int, cut: in
                         r.start_ns[g] < cut)
         g, pos_c, matched = g[keep], pos_c[keep], matched[keep]
     names = r.name[g]
+    ts, e = _us(r.start_ns[g], r.end_ns[g], origin, rnd)
     return TimelineArrays(
         rank=np.full(len(g), r.rank, dtype=np.int64),
         event_id=r.event_id[g],
@@ -172,8 +190,8 @@ def _rank_rows(r: RankEvents, g: np.ndarray, a: np.ndarray, origin: int, cut: in
         ktype=_per_value(names, kernel_type).astype(np.int8),
         stream=r.stream[g],
         correlation=r.correlation[g],
-        ts=_us(r.start_ns[g], origin, rnd, True),
-        e=_us(r.end_ns[g], origin, rnd, False),
+        ts=ts,
+        e=e,
         launch_ts=np.where(matched, l_ts[pos_c] if len(l_corr) else np.nan, np.nan),
         launch_e=np.where(matched, l_e[pos_c] if len(l_corr) else np.nan, np.nan),
     )

@@ -10,7 +10,10 @@ accidental, because a number that differs from HTA's is a number nobody can chec
   Without two steps every event counts. Events on a GPU stream count in the temporal and
   kernel-type breakdowns whatever they are (memcpy, memset, `cuda_sync` too).
 - Rounding. When a Kineto file has sub-microsecond timestamps HTA rounds each event inward
-  to whole microseconds (start up, end down; pytorch#122425); so does `_EVENTS` below.
+  to whole microseconds (start up, end down; pytorch#122425); so does `EVENTS` below, and,
+  like HTA, it rounds the doubles HTA parses (`ts`, and `ts + dur` for the end), not the
+  exact literals: an epoch-microsecond ts is a double only to a quarter microsecond
+  (`HTA_TS`; timeline_arrays.hta_doubles says why it is the literal's nearest double).
 - Kernel types (`hta/utils/utils.py` get_kernel_type): COMMUNICATION matches `^nccl.*Kernel`;
   MEMORY starts with Memcpy, Memset or dma; COMPUTATION is anything that matches none of
   `^nccl.*Kernel`, `.*Memcpy`, `^Memset`, `.*Sync` (so 0.5.0 counts `Stream Wait Event` as
@@ -27,6 +30,24 @@ trace's first event, so rounding relative to it equals rounding the raw timestam
 """
 
 from __future__ import annotations
+
+# The double HTA parses from the `ts` literal of an event starting at {ns}, in us; the end
+# is that plus dur in us (also a double), as HTA adds them before rounding.
+HTA_TS = "(({ns}) // 1000)::DOUBLE + (({ns}) % 1000)::DOUBLE / 1000"
+
+
+def _inward(start: str, end: str, flag: str) -> tuple[str, str]:
+    """SQL of (start, end) in us from origin o.o: rounded inward from HTA's doubles when
+    `flag`, exact otherwise."""
+    ts = HTA_TS.format(ns=start)
+    return (f"CASE WHEN {flag} THEN ceil({ts}) - o.o // 1000 "
+            f"ELSE ({start} - o.o) / 1000.0 END",
+            f"CASE WHEN {flag} THEN floor({ts} + ({end} - {start})::DOUBLE / 1000) - o.o // 1000 "
+            f"ELSE ({end} - o.o) / 1000.0 END")
+
+
+_G_TS, _G_E = _inward("g.start_ns", "g.end_ns", "r.round_to_us")
+_A_TS, _A_E = _inward("a.start_ns", "a.end_ns", "r.round_to_us")
 
 # Kernel type of a GPU event name, as HTA 0.5.0 decides it.
 KERNEL_TYPE = """CASE
@@ -53,24 +74,16 @@ WITH ranks AS (
   SELECT rank, max(start_ns) AS last_step_ns FROM steps
   WHERE (SELECT count(DISTINCT name) FROM steps) >= 2 GROUP BY rank
 ), us AS (
-  SELECT g.*, r.round_to_us,
-         CASE WHEN r.round_to_us THEN ceil((g.start_ns - o.o) / 1000.0)
-              ELSE (g.start_ns - o.o) / 1000.0 END AS ts,
-         CASE WHEN r.round_to_us THEN floor((g.end_ns - o.o) / 1000.0)
-              ELSE (g.end_ns - o.o) / 1000.0 END AS e
+  SELECT g.*, r.round_to_us, {g_ts} AS ts, {g_e} AS e
   FROM trace_gpu_ops g JOIN ranks r USING (rank), origin o
   WHERE g.trace_id = $trace_id AND g.stream IS NOT NULL AND g.stream <> -1
 ), launch AS (
   -- the launching call of each correlation; Nsight nests two (cudaLaunchKernel and its
   -- _v7000 body): the outer one, which starts first, is the launch
   SELECT a.rank, a.correlation,
-         min(CASE WHEN r.round_to_us THEN ceil((a.start_ns - o.o) / 1000.0)
-                  ELSE (a.start_ns - o.o) / 1000.0 END) AS launch_ts,
-         arg_min(CASE WHEN r.round_to_us THEN floor((a.end_ns - o.o) / 1000.0)
-                      ELSE (a.end_ns - o.o) / 1000.0 END, a.start_ns) AS launch_e,
+         min({a_ts}) AS launch_ts, arg_min({a_e}, a.start_ns) AS launch_e,
          bool_or(c.last_step_ns IS NULL OR
-                 CASE WHEN r.round_to_us THEN ceil((a.start_ns - o.o) / 1000.0)
-                           < ceil((c.last_step_ns - o.o) / 1000.0)
+                 CASE WHEN r.round_to_us THEN ceil({a_hta}) < ceil({cut_hta})
                       ELSE a.start_ns < c.last_step_ns END) AS before_cut,
          any_value(c.last_step_ns IS NOT NULL) AS cutting
   FROM trace_api_calls a JOIN ranks r USING (rank) LEFT JOIN cut c USING (rank), origin o
@@ -84,7 +97,10 @@ LEFT JOIN cut c ON c.rank = us.rank
 WHERE NOT EXISTS (SELECT 1 FROM cut)
    OR (coalesce(us.correlation, -1) >= 0 AND l.before_cut AND c.rank IS NOT NULL)
    OR (coalesce(us.correlation, -1) < 0 AND us.start_ns < c.last_step_ns)
-""".replace("{kernel_type}", KERNEL_TYPE.replace("name", "us.name"))
+""".replace("{kernel_type}", KERNEL_TYPE.replace("name", "us.name")).replace(
+    "{g_ts}", _G_TS).replace("{g_e}", _G_E).replace("{a_ts}", _A_TS).replace(
+    "{a_e}", _A_E).replace("{a_hta}", HTA_TS.format(ns="a.start_ns")).replace(
+    "{cut_hta}", HTA_TS.format(ns="c.last_step_ns"))
 
 
 def merged(src: str, part: str) -> str:
