@@ -1,0 +1,71 @@
+"""A real vLLM (CPU build, a tiny random-weight Llama made locally) on loopback.
+
+Every test here carries the `real_engine` marker (`-m 'not real_engine'` skips them). The
+server is installed by `python -m tools.real_vllm.install` (the README's test command runs
+it); where it is missing, the fixture fails with the command to run, never skips silently.
+One base server serves the whole session; tests that need other settings start their own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.real_vllm import install
+from tools.real_vllm.server import VllmServer
+
+BASE_ARGS = ["--enable-prompt-tokens-details"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.real_engine)
+
+
+def start(log: Path, extra: list[str] | None = None) -> VllmServer:
+    if not install.installed():
+        pytest.fail("the real vLLM is not installed: run `python -m tools.real_vllm.install`")
+    return VllmServer(log, extra_args=[*BASE_ARGS, *(extra or [])]).start()
+
+
+@pytest.fixture(scope="session")
+def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    srv = start(tmp_path_factory.mktemp("vllm") / "server.log")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def infbench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "infbench", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def ok(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def get_json(url: str) -> object:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def metric(srv: VllmServer, name: str) -> float:
+    """Sum of a vLLM counter or gauge over its label sets, from the live /metrics."""
+    with urllib.request.urlopen(srv.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total

