@@ -29,6 +29,7 @@ from playbooks.startup.budget import (
     logged_terms,
     resolve_setup,
 )
+from playbooks.startup.outcome import Reading, incomplete_finding, reading, started_finding
 
 _TITLES = {
     "kv_cache_too_small": "The KV cache cannot hold one max_model_len sequence: the engine refused to start",
@@ -88,32 +89,37 @@ def diagnose_startup(con: duckdb.DuckDBPyConnection, ref: str,
     setup = resolve_setup(log, figs, overrides)
     logged = logged_terms(figs, setup.block_size)
     diag.context["setup"] = {k: v for k, v in asdict(setup).items()}
+    read = reading(log, figs, phase_rows)
     b: Budget | None = None
-    try:
-        b = budget(setup, logged)
-    except (SpecError, ValueError) as exc:
-        diag.notes.append(f"no arithmetic to compare with: {str(exc).splitlines()[0]}")
+    if read.cpu:
+        diag.notes.append("no arithmetic to compare with: `infbench plan memory` budgets a GPU's "
+                          "memory; a CPU server's KV pool is the space it was given "
+                          "(VLLM_CPU_KVCACHE_SPACE, or what its node had left)")
+    else:
+        try:
+            b = budget(setup, logged)
+        except (SpecError, ValueError) as exc:
+            diag.notes.append(f"no arithmetic to compare with: {str(exc).splitlines()[0]}")
     if b is not None:
         diag.context["comparison"] = _comparison(b)
         diag.context["fixes"] = _fixes(b)
         diag.context["fits_as_configured"] = b.as_logged.fits
         diag.context["failing_term"] = b.as_logged.failing_term
-    fig_ev = Evidence("logged_vs_arithmetic", _figure_values(logged, b), fig_sql,
-                      "log: the worst rank's figure; arithmetic: `infbench plan memory` for the "
-                      "same setup (" + ", ".join(f"{k} from {v}" for k, v in setup.source.items())
-                      + ")")
+    fig_ev = Evidence("logged_vs_arithmetic", _figure_values(logged, b, read.cpu), fig_sql,
+                      "log: the worst rank's figure; " + (
+                          "no arithmetic for a CPU server" if read.cpu else
+                          "arithmetic: `infbench plan memory` for the same setup ("
+                          + ", ".join(f"{k} from {v}" for k, v in setup.source.items()) + ")"))
+    diag.context["ready_line"] = read.ready_line
+    diag.context["not_recognised_from"] = read.not_recognised_from
     if log.outcome == "failed":
-        diag.findings.append(_failure_finding(log, b, [phases_ev, fig_ev]))
+        diag.findings.append(_failure_finding(log, b, [phases_ev, fig_ev], read))
     elif log.outcome == "incomplete":
-        diag.findings.append(Finding(
-            "startup_log_incomplete", "The log ends before the KV pool was sized", 0.9, "warning",
-            f"{log.path}: the last memory line is in the {diag.context['phases'][-1] if phase_rows else 'first'} "
-            "phase; whether the engine started is not in this log.",
-            [phases_ev, fig_ev, _log_evidence(log)],
-            ["Get the whole start-up log (every rank): from `vllm serve` / "
-             "`python -m sglang.launch_server` stderr, or the container's log."]))
+        memory_phases = [p for p in diag.context["phases"] if p != "ready"]
+        diag.findings.append(incomplete_finding(read, [phases_ev, fig_ev], _log_evidence(log),
+                                                memory_phases[-1] if memory_phases else "first"))
     else:
-        diag.findings.append(_started_finding(log, b, [phases_ev, fig_ev]))
+        diag.findings.append(started_finding(read, b, [phases_ev, fig_ev], _log_evidence(log)))
     differs = _term_finding(b, fig_ev) if b is not None else None
     if differs is not None:
         diag.findings.append(differs)
@@ -129,11 +135,18 @@ def _comparison(b: Budget) -> dict[str, Any]:
             for term in (*_TERMS, "kv_tokens")}
 
 
-def _figure_values(logged: dict[str, float | None], b: Budget | None) -> dict[str, Any]:
+# Terms a CPU server does not have: it sizes the pool from a set space, without a profile pass.
+_NOT_ON_CPU = {"activation": "none on CPU (no profile pass)", "cuda_graphs": "none on CPU"}
+
+
+def _figure_values(logged: dict[str, float | None], b: Budget | None,
+                   cpu: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     cmp = _comparison(b) if b is not None else {}
     for term in _TERMS:
-        out[f"{term}_log"] = _gib(logged.get(term))
+        value = logged.get(term)
+        out[f"{term}_log"] = _NOT_ON_CPU[term] if cpu and value is None and term in _NOT_ON_CPU \
+            else _gib(value)
         if term in cmp:
             out[f"{term}_arithmetic"] = _gib(cmp[term]["arithmetic"])
     if logged.get("kv_tokens") is not None:
@@ -167,7 +180,7 @@ def _log_evidence(log: StoredLog) -> Evidence:
                     log.failure_text)
 
 
-def _failure_finding(log: StoredLog, b: Budget | None, ev: list[Evidence]) -> Finding:
+def _failure_finding(log: StoredLog, b: Budget | None, ev: list[Evidence], read: Reading) -> Finding:
     kind = log.failure_kind or "oom"
     phase = log.failure_phase or "unknown"
     parts = [f"The engine stopped in the {phase} phase (line {log.failure_line})."]
@@ -186,23 +199,18 @@ def _failure_finding(log: StoredLog, b: Budget | None, ev: list[Evidence]) -> Fi
         actions.insert(0, "Capture fewer graphs (--cudagraph-capture-sizes / --cuda-graph-max-bs "
                        "in SGLang) or run --enforce-eager; or lower gpu_memory_utilization so "
                        "capture finds headroom outside the budget.")
-    if not actions:
+    if read.cpu and kind == "kv_cache_too_small":
+        need = read.figures.get("needed_kv_bytes")
+        est = read.figures.get("estimated_max_model_len")
+        actions.append("Raise VLLM_CPU_KVCACHE_SPACE" + (f" to at least {_gib(need)}" if need else "")
+                       + " or lower --max-model-len" + (f" to {int(est):,}" if est else "")
+                       + "; a CPU server's pool is that space, not a share of a GPU.")
+    if not actions and not read.cpu:
         actions = ["Pass --model and --gpu (and --tp, --max-model-len) for the priced fixes."]
+    if not actions:
+        actions = ["The traceback above the error line names the call that failed."]
     return Finding(f"startup_{kind}", _TITLES.get(kind, "The engine failed to start"), 0.95,
                    "critical", " ".join(parts), [*ev, _log_evidence(log)], actions)
-
-
-def _started_finding(log: StoredLog, b: Budget | None, ev: list[Evidence]) -> Finding:
-    tokens = b.logged.get("kv_tokens") if b is not None else None
-    summary = "The engine sized its KV pool and did not report an error."
-    if b is not None:
-        summary += (f" Log: {_gib(b.logged.get('kv_pool'))} for KV"
-                    + (f" = {int(tokens):,} tokens" if tokens else "")
-                    + f"; arithmetic: {_gib(b.arithmetic.kv_pool_bytes)} = "
-                    f"{b.arithmetic.kv_tokens:,} tokens.")
-    return Finding("startup_ok", "The engine started", 0.9, "info", summary,
-                   [*ev, _log_evidence(log)],
-                   ["Watch the pool during load: `infbench run` then `infbench diagnose memory RUN`."])
 
 
 def _term_finding(b: Budget, fig_ev: Evidence) -> Finding | None:

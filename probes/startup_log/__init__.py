@@ -2,7 +2,8 @@
 rank printed, in order, and the failure if any, into `startup_logs` / `startup_events`.
 
 `parse_startup_log(text)` reads a log; `import_startup_log(con, path)` stores it. Modules:
-`records` (prefixes, ranks, levels), `patterns` (each engine's wording), `parse`, `importer`.
+`records` (prefixes, ranks, levels), `patterns` (each engine's wording), `parse`, `outcome`
+(started or incomplete, and the line recognition stopped at), `importer`.
 """
 
 from probes.startup_log.importer import ImportedLog, import_startup_log, read_log

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from probes.startup_log import patterns
-from probes.startup_log.records import Record, split_records
+from probes.startup_log.outcome import Seen, decide_outcome
+from probes.startup_log.records import Record, lines_of, split_records
 
 PHASES = ("weights", "profile", "cuda_graphs", "kv_cache", "ready")
 
@@ -41,6 +42,9 @@ class StartupLog:
     failure_text: str | None = None
     failure_rank: str | None = None
     notes: list[str] = field(default_factory=list)
+    ready_line: int | None = None          # the first line saying the server is up
+    not_recognised_from: int | None = None  # where recognition stopped, when it matters
+    server_front_end: bool = False          # the API server's own lines are in the log
 
     @property
     def ranks(self) -> list[str]:
@@ -51,6 +55,10 @@ class StartupLog:
         assert [e.seq for e in self.events] == list(range(len(self.events)))
         assert self.outcome in ("started", "failed", "incomplete")
         assert (self.outcome == "failed") == (self.failure_kind is not None)
+
+
+def line_count(text: str) -> int:
+    return len(lines_of(text))
 
 
 _V1_HINTS = ("To serve at least one request", "Model loading took", "Available KV cache memory", "GPU KV cache size",
@@ -90,12 +98,20 @@ def parse_startup_log(text: str, name: str = "log") -> StartupLog:
     last_phase: dict[str, str] = {}
     fail: tuple[patterns.Failure, Record, int] | None = None
     after_failure = 0
+    seen = Seen()
     for i, r in enumerate(recs):
-        version = version or patterns.version(r.message)
-        for k, v in patterns.settings(r.message).items():
-            settings.setdefault(k, v)
+        v = patterns.version(r.message)
+        found = patterns.settings(r.message)
+        if v or found:
+            seen.identity(r, v)
+        version = version or v
+        for k, val in found.items():
+            settings.setdefault(k, val)
+        if r.proc.startswith("APIServer") or "vLLM API server version" in r.message:
+            seen.front_end = True
         f = patterns.failure(r.message)
         if f is not None:
+            seen.hit(r.line_no, "failure")
             if fail is None:
                 fail = (f, r, i)
             for fig in f.figures:
@@ -105,27 +121,40 @@ def parse_startup_log(text: str, name: str = "log") -> StartupLog:
         engine, figs = patterns.figures(r.message)
         if engine is None:
             continue
-        engines.add(engine)
+        seen.hit(r.line_no, figs[0].phase)
+        if engine != "any":
+            engines.add(engine)
         if fail is not None:
             after_failure += 1
         for fig in figs:
+            if fig.phase == "ready" and not seen.first_ready(fig.key):
+                continue  # one row per readiness kind: the route list alone is dozens of lines
             events.append(Event(len(events), r.line_no, r.rank, fig.phase, fig.key, fig.value,
                                 fig.unit, r.raw))
             last_phase[r.rank] = last_phase["*"] = fig.phase
-    if not events and fail is None:
+    memory = [e for e in events if e.phase != "ready"]
+    if not memory and fail is None and not (engines or seen.engines):
         if any("Traceback" in r.message or "exception" in r.message.lower() for r in recs):
             raise StartupLogError(f"{name}: the log stops inside an error before any start-up "
                                   "memory line: neither the phases nor the cause are in it")
         raise StartupLogError(f"{name}: no start-up memory lines of vLLM or SGLang found "
-                              f"({len(text.splitlines())} lines read)")
+                              f"({line_count(text)} lines read)")
+    engines = engines or seen.engines
     engine = "sglang" if "sglang" in engines or (fail and fail[0].kind == "not_enough_memory"
                                                  and not engines) else "vllm"
     if version and version.startswith("reference"):
         engine = "reference"
+    if settings.get("device", "").lower() == "cpu" or any(e.key == "node_memory_bytes" for e in events):
+        settings["device"] = "cpu"
     log = StartupLog(engine=engine, log_format=_format(engine, text), version=version,
-                     lines=len(text.splitlines()), events=events, settings=settings,
+                     lines=line_count(text), events=events, settings=settings,
                      outcome="started")
-    keys = {e.key for e in events}
+    log.ready_line = min((e.line_no for e in events if e.phase == "ready"), default=None)
+    log.server_front_end = seen.front_end or log.ready_line is not None
+    if fail is not None and log.ready_line is not None and fail[1].line_no > log.ready_line:
+        log.notes.append(f"the error at line {fail[1].line_no} ({fail[0].kind}) came after the "
+                         f"server was ready (line {log.ready_line}): not a start-up failure")
+        fail = None
     if fail is not None:
         f, r, at = fail
         log.outcome = "failed"
@@ -141,11 +170,8 @@ def parse_startup_log(text: str, name: str = "log") -> StartupLog:
         bad = next(e for e in events if e.key == "kv_tokens" and (e.value or 0) <= 0)
         log.outcome, log.failure_kind, log.failure_phase = "failed", "not_enough_memory", "kv_cache"
         log.failure_line, log.failure_text = bad.line_no, bad.text
-    elif not keys & {"available_kv_bytes", "kv_tokens", "num_gpu_blocks"}:
-        log.outcome = "incomplete"
-        last = max(events, key=lambda e: e.seq)
-        log.notes.append(f"the log ends in the {last.phase} phase (line {last.line_no}) before "
-                         "the KV pool was sized")
+    else:
+        decide_outcome(log, recs, seen)
     _note_disagreements(log)
     log.check_invariants()
     return log

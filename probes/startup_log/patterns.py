@@ -63,6 +63,17 @@ def _weights(m: re.Match[str]) -> list[Figure]:
     return out
 
 
+# Loaders print these before (or, on CPU, instead of) the size in memory.
+@rule("vllm", r"^Loading weights took ([\d.]+) seconds")
+def _load_time(m: re.Match[str]) -> list[Figure]:
+    return [Figure("weights", "weights_load_seconds", _num(m.group(1)), "seconds")]
+
+
+@rule("vllm", r"Checkpoint size: ([\d.]+) GiB")
+def _checkpoint(m: re.Match[str]) -> list[Figure]:
+    return [Figure("weights", "checkpoint_bytes", _gib(m.group(1)), "bytes")]
+
+
 @rule("vllm", r"Memory profiling results: (.*)")
 def _results_line(m: re.Match[str]) -> list[Figure]:  # vLLM 0.6.4: key=value pairs
     kv = dict(re.findall(r"(\w+)=([\d.]+)", m.group(1)))
@@ -133,9 +144,31 @@ def _available(m: re.Match[str]) -> list[Figure]:
     return [Figure("kv_cache", "available_kv_bytes", _gib(m.group(1)), "bytes")]
 
 
-@rule("vllm", r"GPU KV cache size: ([\d,]+) tokens")
+# "GPU KV cache size" on GPUs (and on CPU builds up to about 0.29), "CPU KV cache size" on
+# CPU builds since; newer builds print the concurrency on the same line.
+@rule("vllm", r"(?:GPU|CPU|XPU|HPU|TPU|NPU) KV cache size: ([\d,]+) tokens(?:, Maximum concurrency for "
+      r"([\d,]+) tokens per request: ([\d.]+)x)?")
 def _kv_tokens(m: re.Match[str]) -> list[Figure]:
-    return [Figure("kv_cache", "kv_tokens", _num(m.group(1)), "tokens")]
+    out = [Figure("kv_cache", "kv_tokens", _num(m.group(1)), "tokens")]
+    if m.group(2):
+        out += [Figure("kv_cache", "max_concurrency_tokens", _num(m.group(2)), "tokens"),
+                Figure("kv_cache", "max_concurrency", _num(m.group(3)), "ratio")]
+    return out
+
+
+# vLLM's CPU worker: the KV pool is VLLM_CPU_KVCACHE_SPACE ("Explicitly set") or what is
+# left of the node's memory after the profiled non-KV use ("Auto set"), not a GPU budget.
+@rule("vllm", r"(Explicitly|Auto) set \(([\d.]+)/([\d.]+)\) GiB for KV cache on node (\d+)"
+      r"(?:, with ([\d.]+) GiB requested memory for the worker\. ([\d.]+) GiB memory was consumed "
+      r"by non-kv usages)?")
+def _cpu_kv_space(m: re.Match[str]) -> list[Figure]:
+    out = [Figure("kv_cache", "available_kv_bytes", _gib(m.group(2)), "bytes"),
+           Figure("kv_cache", "node_memory_bytes", _gib(m.group(3)), "bytes"),
+           Figure("kv_cache", "kv_space_explicit", 1.0 if m.group(1) == "Explicitly" else 0.0, None)]
+    if m.group(5):
+        out += [Figure("profile", "worker_memory_bytes", _gib(m.group(5)), "bytes"),
+                Figure("profile", "non_kv_bytes", _gib(m.group(6)), "bytes")]
+    return out
 
 
 @rule("vllm", r"^(?:# )?GPU blocks: (\d+)(?:, # CPU blocks: (\d+))?")
@@ -175,10 +208,37 @@ def _graph_start(m: re.Match[str]) -> list[Figure]:
     return [Figure("cuda_graphs", "capture_started", 1.0, None)]
 
 
-@rule("vllm", r"Starting vLLM API server|Application startup complete|^serving on http")
+# Readiness: what the server prints once the engine is built. vLLM builds the engine before
+# it starts its HTTP server and SGLang waits for its scheduler, so uvicorn's own lines and the
+# route list count as much as the engines' ready lines; a request answered or an engine stats
+# line means the server was serving. Wordings: vLLM 0.6-0.10 "Starting vLLM API server [N] on",
+# 0.11+ "Starting vLLM server on", SGLang "The server is fired up and ready to roll!", uvicorn
+# "Started server process [N]" / "Application startup complete." / "Uvicorn running on".
+@rule("vllm", r"Starting vLLM (?:API )?server\b")
+def _api_server(m: re.Match[str]) -> list[Figure]:
+    return [Figure("ready", "api_server_starting", 1.0, None)]
+
+
+@rule("vllm", r"^Available routes are:|^Route: /\S*, Methods?: ")
+def _routes(m: re.Match[str]) -> list[Figure]:
+    return [Figure("ready", "routes_listed", 1.0, None)]
+
+
+@rule("any", r"^Started server process \[\d+\]|^Uvicorn running on ")
+def _uvicorn(m: re.Match[str]) -> list[Figure]:
+    return [Figure("ready", "uvicorn_started", 1.0, None)]
+
+
+@rule("any", r"Application startup complete|^serving on http")
 @rule("sglang", r"The server is fired up and ready to roll")
 def _ready(m: re.Match[str]) -> list[Figure]:
     return [Figure("ready", "ready", 1.0, None)]
+
+
+@rule("any", r"\"(?:GET|POST|PUT|DELETE|HEAD) /\S* HTTP/[\d.]+\" \d{3}|Avg prompt throughput: |"
+      r"^(?:Prefill|Decode) batch[.,] ")
+def _serving(m: re.Match[str]) -> list[Figure]:
+    return [Figure("ready", "serving", 1.0, None)]
 
 
 # ---- SGLang ------------------------------------------------------------------------------
@@ -301,7 +361,8 @@ SETTING_KEYS = {"model": "model", "model_path": "model", "max_seq_len": "max_mod
                 "mem_fraction_static": "mem_fraction_static", "dtype": "dtype",
                 "kv_cache_dtype": "kv_cache_dtype", "quantization": "quantization",
                 "enforce_eager": "enforce_eager", "block_size": "block_size", "gpu": "gpu",
-                "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens"}
+                "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
+                "device_config": "device"}
 
 
 def version(message: str) -> str | None:

@@ -14,7 +14,14 @@ Engines prefix their lines in many ways, and multi-GPU logs interleave ranks:
     INFO: ...                                                          uvicorn / older engines
 
 A line without a process prefix is the driver's (vLLM V0 runs rank 0 in the driver). ANSI
-colour codes are removed first.
+colour codes are removed first. A stamp nobody listed here (`docker compose`'s `vllm-1  | `,
+a CRI runtime's `2025-12-02T00:26:41.1Z stdout F `, a shell's own prefix) is dropped where
+one of the forms above follows it within the first 160 characters, so a re-prefixed log
+reads as the engine printed it.
+
+Lines are what an editor numbers: split at "\n" only. tqdm's progress bars and vLLM's
+banner end segments with a bare "\r"; splitting there too (str.splitlines) shifted every
+later line number away from `grep -n`'s.
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ _RANK = re.compile(r"rank=(\d+)")
 _TP = re.compile(r"Worker_TP(\d+)")
 _PID = re.compile(r"pid=(\d+)")
 _IP = re.compile(r"ip=([\w.:-]+)")
+# Where a known form starts inside a line that began with an unknown stamp.
+_EMBEDDED = re.compile(r"\((?:VllmWorkerProcess|VllmWorker|RayWorkerWrapper|Worker|EngineCore|APIServer|"
+                       r"LLMRayActor)\b[^)]*\)\s*|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: \d\d-\d\d [\d:.]+ "
+                       r"\[?[\w.]+:\d+\]|:\s)|\[\d{4}-\d\d-\d\d [\d:.]+(?: (?:DP|PP|TP|EP|CP)\d+)*\]")
+_EMBED_WITHIN = 160
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,8 @@ class Record:
     level: str | None
     message: str
     raw: str          # the line as printed (ANSI removed)
+    proc: str = ""    # the process prefix as printed ("APIServer pid=6489"), "" if none
+    structured: bool = False  # a logger's record (level, process or SGLang stamp), not bare text
 
 
 def _rank(proc: str) -> str:
@@ -59,17 +73,38 @@ def _rank(proc: str) -> str:
     return proc.split()[0]
 
 
+def lines_of(text: str) -> list[str]:
+    """The file's lines as an editor numbers them; a segment overwritten by "\r" is dropped,
+    as the terminal showed it."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out = []
+    for line in lines:
+        parts = [p for p in line.split("\r") if p.strip()]
+        out.append(parts[-1] if parts else "")
+    return out
+
+
+def _known_start(rest: str) -> bool:
+    return bool(_PROC.match(rest) or _VLLM.match(rest) or _SGLANG.match(rest) or _PLAIN.match(rest))
+
+
 def split_records(text: str) -> list[Record]:
     out: list[Record] = []
-    for i, line in enumerate(text.splitlines(), start=1):
+    for i, line in enumerate(lines_of(text), start=1):
         raw = _ANSI.sub("", line).rstrip()
         rest = _STAMP.sub("", raw)
-        rank = "driver"
+        if not _known_start(rest) and (m := _EMBEDDED.search(rest[:_EMBED_WITHIN])):
+            rest = rest[m.start():]
+        rank, proc = "driver", ""
         level = None
+        structured = False
         if m := _PROC.match(rest):
-            rank, rest = _rank(m.group("proc")), rest[m.end():]
+            proc = m.group("proc")
+            rank, rest, structured = _rank(proc), rest[m.end():], True
         if m := _VLLM.match(rest):
-            level, rest = m.group("level"), rest[m.end():]
+            level, rest, structured = m.group("level"), rest[m.end():], True
         elif m := _SGLANG.match(rest):
             ranks = m.group("ranks").split()
             tp = [r for r in ranks if r.startswith("TP")]
@@ -77,10 +112,12 @@ def split_records(text: str) -> list[Record]:
                 rank = " ".join(r for r in ranks if r.startswith(("DP", "PP"))) + (
                     (" " if len(ranks) > len(tp) else "") + tp[0] if tp else "")
                 rank = rank.strip()
-            rest = rest[m.end():]
+            rest, structured = rest[m.end():], True
+            if m := _PLAIN.match(rest):  # uvicorn's lines under SGLang's stamp
+                level, rest = m.group("level"), rest[m.end():]
         elif m := _PLAIN.match(rest):
-            level, rest = m.group("level"), rest[m.end():]
+            level, rest, structured = m.group("level"), rest[m.end():], True
         message = _REPEATED.sub("", rest).strip()
         if message:
-            out.append(Record(i, rank, level, message, raw))
+            out.append(Record(i, rank, level, message, raw, proc, structured))
     return out

@@ -96,3 +96,22 @@ def test_missing_file_and_bad_option_are_one_line(tmp_path: Path) -> None:
     out = infbench("diagnose", "startup", str(FIXTURES / "vllm_0.8.5_v1_started.log"), "--db",
                    str(tmp_path / "s.duckdb"), "--gpu-memory-utilization", "1.5")
     assert out.returncode == 2 and "gpu_memory_utilization" in out.stderr
+
+
+def test_a_real_cpu_server_that_started_and_a_copy_cut_before_it_was_ready(tmp_path: Path) -> None:
+    # Issue 24: vLLM 0.32.0 on CPU, the whole log; then the same cut after its KV lines.
+    real = FIXTURES / "vllm_0.32.0_cpu_started.log"
+    out = infbench("diagnose", "startup", str(real), "--db", str(tmp_path / "s.duckdb"), "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["context"]["outcome"] == "started" and d["context"]["ready_line"] == 63
+    assert [f["verdict"] for f in d["findings"]] == ["startup_ok"]
+    assert "524,288 tokens" in d["findings"][0]["summary"]
+    cut = tmp_path / "cut.log"
+    cut.write_bytes(b"\n".join(real.read_bytes().split(b"\n")[:60]) + b"\n")  # not at "\r"
+    out = infbench("diagnose", "startup", str(cut), "--db", str(tmp_path / "s.duckdb"), "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["context"]["outcome"] == "incomplete" and "--gpu" not in out.stdout
+    assert d["findings"][0]["title"] == ("The log ends after the KV pool was sized, before the "
+                                         "server was ready")
