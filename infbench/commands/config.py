@@ -17,7 +17,7 @@ import typer
 
 from infbench.command_support import fail, store_or_exit
 from infbench.config.capture import capture_source
-from infbench.config.model import CaptureError
+from infbench.config.model import ORIGINS, CaptureError
 from infbench.config.store import ConfigNotFound, list_configs, load_config, save_config
 from infbench.console import make_console
 
@@ -46,18 +46,22 @@ def capture(
         cap.version = engine_version
     with store_or_exit(db) as con:
         config_id = save_config(con, cap, label=label)
-    origins = {o: sum(s.origin == o for s in cap.settings.values()) for o in ("set", "default", "resolved")}
+    origins = {o: sum(s.origin == o for s in cap.settings.values()) for o in ORIGINS}
     if json_out:
         doc = {"config_id": config_id, "engine": cap.engine, "version": cap.version,
                "source_kind": cap.source_kind, "label": label, "notes": cap.notes,
                "settings": {k: {"value": s.value, "origin": s.origin, "raw_key": s.raw_key,
-                                "line": s.line} for k, s in sorted(cap.settings.items())}}
+                                "line": s.line} for k, s in sorted(cap.settings.items())},
+               "printed_then_resolved": {k: {"printed": s.value, "origin": s.origin, "line": s.line,
+                                             "final": cap.settings[k].value}
+                                         for k, s in sorted(cap.printed.items())}}
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
         return
     out = make_console()
     out.print(f"{cap.engine} {cap.version or '(version not printed)'} from {cap.source_kind}: "
-              f"{len(cap.settings)} settings ({origins['set']} set, {origins['default']} default, "
-              f"{origins['resolved']} resolved)")
+              f"{len(cap.settings)} settings (" + ", ".join(f"{n} {o}" for o, n in origins.items())
+              + ")" + (f"; {len(cap.printed)} printed at start-up, then resolved to another value"
+                       if cap.printed else ""))
     for note in cap.notes:
         out.print(f"note: {note}")
     out.print(f"stored in {db} as {config_id}" + (f" (label {label})" if label else ""))
@@ -94,7 +98,10 @@ def show(
         if s.origin == "default" and not all_settings:
             continue
         where = (s.raw_key or "") + (f", line {s.line}" if s.line else "")
-        out.print(f"{key} = {json.dumps(s.value, default=str)}  ({s.origin}; {where})")
+        was = cfg.printed.get(key)
+        then = "" if was is None else (f"; printed {json.dumps(was.value, default=str)} ({was.origin}"
+                                       + (f", line {was.line}" if was.line else "") + "), resolved later")
+        out.print(f"{key} = {json.dumps(s.value, default=str)}  ({s.origin}; {where}{then})")
 
 
 def _load(con, ref: str):  # type: ignore[no-untyped-def]
@@ -123,7 +130,7 @@ def diff(
     markdown: Path | None = typer.Option(None, help="Write the ranked diff as Markdown here."),
 ) -> None:
     """Rank every difference between two configurations by its expected impact on a workload."""
-    from infbench.config.diff import diff_sides, side_of
+    from infbench.config.diff import diff_sides, side_from
     from infbench.config.impact import Workload
     from infbench.config.render import to_json, to_markdown, to_text
     from infbench.config.workload import workload_from_run
@@ -139,9 +146,8 @@ def diff(
         except (ConfigNotFound, CaptureError, LookupError) as exc:
             raise fail(str(exc)) from None
     meta = [{"config_id": c.config_id, "label": c.label, "engine": c.engine, "version": c.version,
-             "source": c.source} for c in (ca, cb)]
-    result = diff_sides(side_of(ca.engine, ca.version, ca.settings),
-                        side_of(cb.engine, cb.version, cb.settings), wl, (meta[0], meta[1]))
+             "source_kind": c.source_kind, "source": c.source} for c in (ca, cb)]
+    result = diff_sides(side_from(ca), side_from(cb), wl, (meta[0], meta[1]))
     if markdown is not None:
         markdown.write_text(to_markdown(result), encoding="utf-8")
     sys.stdout.write(to_json(result) if json_out else to_text(result, top))

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infbench.config.diff import IDENTITY, INERT, MISSING, diff_sides, side_of
+from infbench.config.diff import AT_DEFAULT, IDENTITY, INERT, diff_sides, side_from
 from infbench.config.impact import Workload
 from infbench.config.launch import Launcher, LoadSpec, measure, scratch_dir
 from infbench.config.store import StoredConfig
@@ -61,15 +61,14 @@ class BisectOutcome:
 
 def bisect_keys(good: StoredConfig, bad: StoredConfig) -> dict[str, Any]:
     """The settings to bisect over (key -> the bad side's value), most impactful first."""
-    r = diff_sides(side_of(good.engine, good.version, good.settings),
-                   side_of(bad.engine, bad.version, bad.settings), Workload(), ({}, {}))
+    r = diff_sides(side_from(good), side_from(bad), Workload(), ({}, {}))
     differing = {d.key for d in r.differences}
     out: dict[str, Any] = {}
     for d in r.differences:
-        if d.key in IDENTITY or d.key in INERT or d.key in OUTCOMES or MISSING in (d.a, d.b):
+        if d.key in IDENTITY or d.key in INERT or d.key in OUTCOMES:
             continue
-        if d.origin_b == "catalog default" or d.origin_a == "catalog default":
-            continue  # not a setting the engine reported: nothing to pass on a command line
+        if d.b == AT_DEFAULT:
+            continue  # the bad side left it at its default: no value to pass on a command line
         follows = DERIVED.get(d.key, ())
         if any(k in differing for k in follows) and "set" not in (d.origin_a, d.origin_b):
             continue

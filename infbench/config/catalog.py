@@ -67,6 +67,11 @@ def _defaults(engine: str) -> dict[str, Any]:
     return dict(doc.get("setting", {}))
 
 
+def default_keys(engine: str) -> list[str]:
+    """The settings whose default the catalog knows for `engine`."""
+    return sorted(_defaults(engine))
+
+
 def _gpu_family(gpu: str | None) -> str | None:
     if not gpu:
         return None

@@ -1,12 +1,15 @@
 """`infbench config diff A B`: every difference, ranked by expected impact on a workload.
 
-A difference's score is the knob's weight (catalog/knobs.toml) x how much the workload
-exercises it (`RELEVANCE`) x the size of the change: priced by `impact` where infbench's
-arithmetic can (KV capacity, batch cap, token budget, CUDA graphs, host overlap, stream
-interval), else the knob's typical effect (scaled by the log-ratio for a number). A setting
-one side does not print is filled from the catalog's default for that side's version, so a
-default that moved shows even when neither log mentions it; each difference says whether
-someone set it or the default moved, and cites the catalog's source.
+Only settings both sides show are compared (`coverage`): one side's alone is a coverage
+gap, listed apart and never ranked, and the catalog's default is never put in for a side
+that did not show a value; a value printed at start-up against the one the engine resolved
+later says which is final instead of ranking. A difference's score is the knob's weight
+(catalog/knobs.toml) x how much the workload exercises it (`RELEVANCE`) x the size of the
+change: priced by `impact` where infbench's arithmetic can (KV capacity, batch cap, token
+budget, CUDA graphs, host overlap, stream interval), on what both sides show, else the
+knob's typical effect (scaled by the log-ratio for a number). Each difference says whether
+someone set it or the default moved, citing the catalog; defaults that moved between the
+two versions and that neither side shows are listed as catalog context, not observed.
 """
 
 from __future__ import annotations
@@ -15,10 +18,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infbench.config.catalog import CatalogDefault, default_at, knobs
+from infbench.config.catalog import CatalogDefault, default_at, default_keys, knobs
+from infbench.config.coverage import AT_DEFAULT, Finality, Gap, Side, compare, side_from, side_of
 from infbench.config.impact import Workload, price
-from infbench.config.model import Setting
-from infbench.config.normalize import effective
 
 # Names of what is served, not how: shown apart, never ranked as a cause.
 IDENTITY = {"model", "served_model_name", "tokenizer", "model_tag", "download_dir", "revision",
@@ -31,7 +33,12 @@ INERT = {"host", "port", "seed", "uvicorn_log_level", "log_level", "log_level_ht
          "max_log_len", "nccl_port", "file_storage_path", "file_storage_pth", "decode_log_interval",
          "enable_metrics", "show_time_cost", "watchdog_timeout", "soft_watchdog_timeout",
          "step_log_size", "stream_byte_budget", "engine_label"}
-MISSING = "<not printed>"
+MISSING = "<not printed>"  # kept for callers; a diff no longer puts it in for a side
+# What pricing may read from a side even when the other does not show it: the hardware both
+# are priced on (one for both: `price` takes B's, else A's).
+HARDWARE = {"model", "served_model_name", "gpu", "gpu_models", "tensor_parallel_size"}
+__all__ = ["AT_DEFAULT", "IDENTITY", "INERT", "MISSING", "Difference", "DiffResult", "Side",
+           "diff_sides", "side_from", "side_of"]
 FLOOR = 0.002  # the lowest score of a catalog knob: above any setting the catalog does not know
 
 
@@ -46,14 +53,6 @@ def relevance(when: str, wl: Workload) -> float:
         "streaming": 1.0 if wl.streaming else 0.2,
         "memory": 0.8,
     }.get(when, 0.5)
-
-
-@dataclass
-class Side:
-    engine: str
-    version: str | None
-    values: dict[str, Any]
-    origins: dict[str, str]
 
 
 @dataclass
@@ -83,36 +82,31 @@ class DiffResult:
     differences: list[Difference]
     identity: list[Difference]
     same: int
+    gaps: list[Gap] = field(default_factory=list)  # shown by one side only: never ranked
+    finality: list[Finality] = field(default_factory=list)  # printed vs resolved across sides
+    superseded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # within one side
+    unobserved_moves: list[dict[str, Any]] = field(default_factory=list)  # catalog context
+
+    def only(self, side: str) -> list[Gap]:
+        return [g for g in self.gaps if g.side == side]
 
     def as_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "workload": asdict(self.workload), "same": self.same,
                 "differences": [d.as_dict() for d in self.differences],
-                "identity": [d.as_dict() for d in self.identity]}
-
-
-def side_of(engine: str, version: str | None, settings: dict[str, Setting]) -> Side:
-    values = {k: s.value for k, s in settings.items()}
-    eff = effective(values)
-    origins = {k: s.origin for k, s in settings.items()}
-    for k in eff:
-        origins.setdefault(k, "derived")
-    return Side(engine, version, eff, origins)
+                "identity": [d.as_dict() for d in self.identity],
+                "only_a": [g.as_dict() for g in self.only("a")],
+                "only_b": [g.as_dict() for g in self.only("b")],
+                "printed_then_resolved": [f.as_dict() for f in self.finality],
+                "superseded_within": self.superseded,
+                "catalog_moves_not_observed": self.unobserved_moves}
 
 
 def _gpu(side: Side, wl: Workload) -> str | None:
     return wl.gpu or side.values.get("gpu") or next(iter(side.values.get("gpu_models") or []), None)
 
 
-def _fill(side: Side, key: str, wl: Workload) -> tuple[Any, str, CatalogDefault | None]:
-    d = default_at(side.engine, side.version, key, gpu=_gpu(side, wl), config=side.values)
-    if key in side.values:
-        origin = side.origins.get(key, "resolved")
-        if side.values[key] is None and origin != "set" and d is not None and d.value is not None:
-            return d.value, "catalog default", d  # printed as None: "use the default"
-        return side.values[key], origin, d
-    if d is not None and d.value is not None:
-        return d.value, "catalog default", d
-    return MISSING, "absent", d
+def _default(side: Side, key: str, wl: Workload) -> CatalogDefault | None:
+    return default_at(side.engine, side.version, key, gpu=_gpu(side, wl), config=side.values)
 
 
 def _why(key: str, a: Side, b: Side, oa: str, ob: str, da: CatalogDefault | None,
@@ -129,10 +123,10 @@ def _why(key: str, a: Side, b: Side, oa: str, ob: str, da: CatalogDefault | None
         approx = " (release approximate: PR merge date)" if src.approx else ""
         parts.append(f"not set by anyone: {b.engine}'s default moved {da.text} ({a.version}) -> "
                      f"{db.text} ({b.version}); since {src.since}{approx}: {src.source}")
-    elif db and not set_by and db.value is not None and db.value != vb and ob != "catalog default":
+    elif db and not set_by and db.value is not None and db.value != vb and vb != AT_DEFAULT:
         parts.append(f"B differs from {b.engine} {b.version}'s default {db.text}: set by other means "
                      "or resolved from the hardware")
-    elif da and not set_by and da.value is not None and da.value != va and oa != "catalog default":
+    elif da and not set_by and da.value is not None and da.value != va and va != AT_DEFAULT:
         parts.append(f"A differs from {a.engine} {a.version}'s default {da.text}: set by other means "
                      "or resolved from the hardware")
     if not parts:
@@ -148,34 +142,41 @@ def _magnitude(typical: float, va: Any, vb: Any) -> float:
     return typical
 
 
+def _pricing_view(side: Side, other: Side) -> dict[str, Any]:
+    """What pricing reads of a side: only keys both sides show (so an assumption never stands
+    in for a value on one side only), plus the hardware both are priced on."""
+    return {k: v for k, v in side.values.items() if k in other.values or k in HARDWARE}
+
+
+def _unobserved_moves(a: Side, b: Side, wl: Workload) -> list[dict[str, Any]]:
+    out = []
+    for key in sorted(set(default_keys(a.engine)) | set(default_keys(b.engine))):
+        if key in a.values or key in b.values:
+            continue
+        da, db = _default(a, key, wl), _default(b, key, wl)
+        if da is None or db is None or da.text == db.text:
+            continue
+        src = db if da.since != db.since else da
+        out.append({"key": key, "a": da.text, "b": db.text, "since": src.since, "source": src.source,
+                    "approx": src.approx})
+    return out
+
+
+def _superseded(side: Side) -> list[dict[str, Any]]:
+    return [{"key": k, "printed": s.value, "printed_origin": s.origin, "printed_line": s.line,
+             "final": side.values.get(k)} for k, s in sorted(side.superseded.items())]
+
+
 def diff_sides(a: Side, b: Side, wl: Workload, names: tuple[dict[str, Any], dict[str, Any]]) -> DiffResult:
     catalog = knobs()
-    keys = sorted(set(a.values) | set(b.values) | {k for k in catalog if k in a.values or k in b.values})
-    filled_a: dict[str, Any] = {}
-    filled_b: dict[str, Any] = {}
-    rows: list[tuple[str, Any, Any, str, str, CatalogDefault | None, CatalogDefault | None]] = []
-    for key in keys:
-        va, oa, da = _fill(a, key, wl)
-        vb, ob, db = _fill(b, key, wl)
-        filled_a[key], filled_b[key] = va, vb
-        rows.append((key, va, vb, oa, ob, da, db))
-    # Catalog settings neither side printed but whose default moved between the versions.
-    for key in catalog:
-        if key in filled_a:
-            continue
-        va, oa, da = _fill(a, key, wl)
-        vb, ob, db = _fill(b, key, wl)
-        if va is not MISSING and vb is not MISSING:
-            filled_a[key], filled_b[key] = va, vb
-            rows.append((key, va, vb, oa, ob, da, db))
+    cmp = compare(a, b, lambda side, key: _default(side, key, wl))
+    view_a, view_b = _pricing_view(a, b), _pricing_view(b, a)
     diffs: list[Difference] = []
     identity: list[Difference] = []
-    same = 0
-    for key, va, vb, oa, ob, da, db in rows:
-        if va == vb:
-            same += 1
-            continue
-        why = _why(key, a, b, oa, ob, da, db, va, vb)
+    for pair in cmp.pairs:
+        key, va, vb, oa, ob = pair.key, pair.a, pair.b, pair.origin_a, pair.origin_b
+        da, db = _default(a, key, wl), _default(b, key, wl)
+        why = _why(key, a, b, oa, ob, da, db, va, vb) + (f"; {pair.note}" if pair.note else "")
         if key in IDENTITY:
             identity.append(Difference(key, va, vb, oa, ob, 0.0, (), "what is served, not how", why, None, False))
             continue
@@ -186,7 +187,8 @@ def diff_sides(a: Side, b: Side, wl: Workload, names: tuple[dict[str, Any], dict
                                     "no known effect on serving performance in the catalog", why, None, False))
             continue
         rel = relevance(knob.when, wl)
-        p = price(knob.priced, filled_a, filled_b, wl) if knob.priced else None
+        # A side left at its default has no number to price with.
+        p = price(knob.priced, view_a, view_b, wl) if knob.priced and AT_DEFAULT not in (va, vb) else None
         if p is not None:
             mag = min(3.0, p.magnitude) if p.magnitude > 0 else 0.05
             reason = f"{knob.why}. Priced: {p.reason}"
@@ -197,4 +199,6 @@ def diff_sides(a: Side, b: Side, wl: Workload, names: tuple[dict[str, Any], dict
             diffs.append(Difference(key, va, vb, oa, ob, max(FLOOR, round(knob.weight * rel * mag, 4)),
                                     knob.metrics, knob.why, why, None, False))
     diffs.sort(key=lambda d: (-d.score, d.key))
-    return DiffResult(names[0], names[1], wl, diffs, identity, same)
+    superseded = {n: rows for n, side in (("a", a), ("b", b)) if (rows := _superseded(side))}
+    return DiffResult(names[0], names[1], wl, diffs, identity, cmp.same, cmp.gaps, cmp.finality,
+                      superseded, _unobserved_moves(a, b, wl))

@@ -21,6 +21,8 @@ from infbench.config.normalize import normalise
 
 _INFO = re.compile(r"^(vllm:cache_config_info|sglang:[a-z_]*config_info)\{(.*)\}\s+\S+\s*$", re.M)
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# Labels that name the series (which engine core, which model), not a setting.
+_SERIES_LABELS = {"engine", "model_name"}
 
 
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, str]:
@@ -72,6 +74,8 @@ def from_info_labels(metric: str, labels: str, cap: Captured) -> int:
     """Settings from one `*_config_info` sample's labels (`k="v",...` as printed)."""
     n = 0
     for name, raw in _LABEL.findall(labels):
+        if name in _SERIES_LABELS:
+            continue
         key, v = normalise("vllm", name, _label_value(raw))
         cap.put(Setting(key, v, "resolved", f"{metric}.{name}", None), override=False)
         n += 1

@@ -3,6 +3,13 @@
 A capture is all or nothing: a parser either returns a whole `Captured` or raises
 `CaptureError` naming the source line, and only a whole `Captured` reaches the store.
 Secrets are masked here, before a `Captured` exists, so no code path can store one.
+
+A value's origin says who chose it and when it was reported: `set` (the command line or an
+option file), `default` (the engine said so), `printed` (in the configuration the engine
+printed as it started, not saying who chose it) or `resolved` (reported after the engine
+resolved it: a later log line, a live endpoint). vLLM prints its configuration before the
+platform has resolved every value (on a CPU the block size is decided later), so a value
+reported later is final over a printed one; the printed one is kept where they differ.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from typing import Any
 
 from infbench.config.pyrepr import Call, EnumValue
 
-ORIGINS = ("set", "default", "resolved")
+ORIGINS = ("set", "default", "printed", "resolved")
+# Captures of a running engine: whatever it reports is what it runs with.
+LIVE_KINDS = frozenset({"live_endpoint", "engine_endpoint"})
 MASK = "<masked>"
 
 # The last component of a key that names a credential. `*_tokens` (counts) and `tokenizer*`
@@ -36,7 +45,7 @@ class CaptureError(ValueError):
 class Setting:
     key: str  # normalised name
     value: Any  # JSON-able
-    origin: str  # set | default | resolved
+    origin: str  # set | default | printed | resolved
     raw_key: str  # as the source spelled it
     line: int | None = None  # 1-based source line
 
@@ -49,16 +58,34 @@ class Captured:
     source: str
     settings: dict[str, Setting] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # What the start-up print showed for a key a later report resolved to another value.
+    printed: dict[str, Setting] = field(default_factory=dict)
 
     def put(self, s: Setting, *, override: bool = True) -> None:
-        """Add a setting; a later source of the same key wins unless `override` is False, and
-        `set` is never downgraded (the user set it, whatever printed it later)."""
+        """Add a setting. A value reported after resolution is final over a printed or set one
+        (which is kept in `printed` when it differs), and a printed one never replaces it.
+        Otherwise a later source of the same key wins unless `override` is False, and `set` is
+        never downgraded (the user set it, whatever printed it later)."""
+        s = mask_setting(s)
         old = self.settings.get(s.key)
-        if old is not None and not override:
+        if old is None:
+            self.settings[s.key] = s
             return
-        if old is not None and old.origin == "set" and s.origin != "set":
+        if (s.origin == "resolved") != (old.origin == "resolved"):
+            final, shown = (s, old) if s.origin == "resolved" else (old, s)
+            if final.value != shown.value:
+                self.printed.setdefault(s.key, shown)
+                self.settings[s.key] = final
+            elif shown.origin == "set":  # the user's value held: it stays theirs
+                self.settings[s.key] = Setting(s.key, final.value, "set", shown.raw_key, shown.line)
+            else:
+                self.settings[s.key] = final
+            return
+        if not override:
+            return
+        if old.origin == "set" and s.origin != "set":
             s = Setting(s.key, s.value, "set", old.raw_key, old.line)
-        self.settings[s.key] = mask_setting(s)
+        self.settings[s.key] = s
 
     def values(self) -> dict[str, Any]:
         return {k: s.value for k, s in sorted(self.settings.items())}
@@ -66,6 +93,12 @@ class Captured:
     def digest(self) -> str:
         text = json.dumps(self.values(), sort_keys=True, default=str, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stage(origin: str, source_kind: str | None) -> str:
+    """`final` for a value a running engine reported or a log reported after resolving it;
+    `printed` for one from a start-up print or a file of what was asked, which may change."""
+    return "final" if source_kind in LIVE_KINDS or origin == "resolved" else "printed"
 
 
 def is_secret_key(key: str) -> bool:

@@ -30,6 +30,7 @@ _VLLM = {
     "max_cudagraph_capture_size": "cudagraph_max_capture_size",
     "num_gpu_blocks_override": "num_gpu_blocks",
     "cache_dtype": "kv_cache_dtype",  # vllm:cache_config_info label
+    "kv_cache_size_tokens": "kv_cache_tokens",  # the label of what the log's "KV cache size" says
     "disable_log_requests": "!enable_log_requests",
     "no_enable_prefix_caching": "!enable_prefix_caching",
     "no_async_scheduling": "!async_scheduling",
@@ -157,6 +158,10 @@ def effective(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     if out.get("enforce_eager") is True:
         out["cudagraph_mode"] = "NONE"
+    elif out.get("engine_v1") is False and out.get("enforce_eager") is False:
+        # V0 had no graph-mode setting: without --enforce-eager its model runner always
+        # captured whole decode steps and ran prefill eagerly.
+        out.setdefault("cudagraph_mode", "FULL_DECODE_ONLY")
     # vLLM V0 without chunked prefill: the budget must hold a whole prompt, so an unset
     # budget became max(max_model_len, 2048) (its SchedulerConfig).
     if (out.get("engine_v1") is False and out.get("enable_chunked_prefill") is False

@@ -1,10 +1,15 @@
-"""Captured configurations in the store (`configs`, `config_values`; docs/store.md)."""
+"""Captured configurations in the store (`configs`, `config_values`; docs/store.md).
+
+A key has one row, or two where the engine printed one value at start-up and reported
+another after resolving it: the `resolved` row is the final value, the other is what was
+printed (or set), kept so a diff can say which is final.
+"""
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +31,7 @@ class StoredConfig:
     digest: str
     notes: list[str]
     settings: dict[str, Setting]
+    printed: dict[str, Setting] = field(default_factory=dict)  # superseded start-up values
 
     @property
     def name(self) -> str:
@@ -48,7 +54,7 @@ def save_config(con: duckdb.DuckDBPyConnection, cap: Captured, *, label: str | N
     """Store a whole capture in one transaction (a failure stores none of it)."""
     config_id = new_config_id()
     rows = []
-    for s in sorted(cap.settings.values(), key=lambda s: s.key):
+    for s in sorted([*cap.settings.values(), *cap.printed.values()], key=lambda s: s.key):
         s = mask_setting(s)  # captures are masked when built; this guards any other caller
         rows.append((config_id, s.key, json.dumps(s.value, default=str), s.origin, s.raw_key, s.line))
     con.execute("BEGIN TRANSACTION")
@@ -92,17 +98,21 @@ def load_config(con: duckdb.DuckDBPyConnection, ref: str) -> StoredConfig:
     cid = _resolve_id(con, ref)
     row = con.execute(f"SELECT {_COLS} FROM configs WHERE config_id = ?", [cid]).fetchone()
     assert row is not None
-    settings = {
-        k: Setting(k, json.loads(v) if v is not None else None, origin, raw, line)
-        for k, v, origin, raw, line in con.execute(
+    settings: dict[str, Setting] = {}
+    printed: dict[str, Setting] = {}
+    for k, v, origin, raw, line in con.execute(
             "SELECT key, value, origin, raw_key, source_line FROM config_values "
-            "WHERE config_id = ? ORDER BY key", [cid]).fetchall()}
+            "WHERE config_id = ? ORDER BY key, origin = 'resolved'", [cid]).fetchall():
+        s = Setting(k, json.loads(v) if v is not None else None, origin, raw, line)
+        if k in settings:  # the second row of a key is the resolved, final one
+            printed[k] = settings[k]
+        settings[k] = s
     return StoredConfig(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                        json.loads(row[9] or "[]"), settings)
+                        json.loads(row[9] or "[]"), settings, printed)
 
 
 def list_configs(con: duckdb.DuckDBPyConnection, limit: int = 50) -> list[tuple[Any, ...]]:
     return con.execute(
         "SELECT c.config_id, c.created_at, c.engine, c.version, c.source_kind, c.label, c.run_id, "
-        "count(v.key) FROM configs c LEFT JOIN config_values v USING (config_id) "
+        "count(DISTINCT v.key) FROM configs c LEFT JOIN config_values v USING (config_id) "
         "GROUP BY ALL ORDER BY c.created_at DESC LIMIT ?", [limit]).fetchall()

@@ -4,7 +4,9 @@ From a server log: the `non-default args: {...}` line (what the user set, vLLM 0
 `args: Namespace(...)` line of older servers (every argument), the engine's resolved
 configuration (`Initializing a V1 LLM engine (vX) with config: k=v, ...`, or the V0
 `Initializing an LLM engine (vX)`), and the lines that state one resolved value (the
-token budget, the KV blocks, async scheduling). Lines may carry any prefix (a process tag,
+token budget, the KV blocks and tokens, async scheduling). The configuration lines are
+`printed`: vLLM prints them before the platform has resolved every value (on a CPU the
+block size is chosen later); a later line's value is `resolved`, and final. Lines may carry any prefix (a process tag,
 a docker-compose service name, a timestamp); a record hard-wrapped by a terminal is joined
 back before it is read.
 """
@@ -33,8 +35,10 @@ _SINGLE: tuple[tuple[re.Pattern[str], str, Callable[[str], Any]], ...] = (
     (re.compile(r"Using max model len (\d+)"), "max_model_len", int),
     (re.compile(r"num_gpu_blocks is: (\d+)"), "num_gpu_blocks", int),
     (re.compile(r"# GPU blocks: (\d+)"), "num_gpu_blocks", int),
-    (re.compile(r"GPU KV cache size: ([\d,]+) tokens"), "kv_cache_tokens",
+    (re.compile(r"\b[A-Z]PU KV cache size: ([\d,]+) tokens"), "kv_cache_tokens",
      lambda s: int(s.replace(",", ""))),
+    (re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+     "kv_cache_max_concurrency", float),
     (re.compile(r"Setting attention block size to (\d+) tokens"), "block_size", int),
     (re.compile(r"Asynchronous scheduling is (enabled|disabled)"), "async_scheduling",
      lambda s: s == "enabled"),
@@ -124,7 +128,7 @@ def parse_vllm_log(text: str, source: str) -> Captured:
             if not isinstance(ns, Call):
                 raise CaptureError(f"line {numbers[i]}: args is not a Namespace(...); nothing was stored")
             for k, v in ns.kwargs.items():
-                _add(cap, k, v, "resolved", numbers[i])
+                _add(cap, k, v, "printed", numbers[i])
         elif m := _ENGINE.search(line):
             found = True
             engine_lines += 1
@@ -134,9 +138,9 @@ def parse_vllm_log(text: str, source: str) -> Captured:
             if cap.version.startswith("reference-"):  # infbench's reference engine logs as vLLM
                 cap.engine, cap.version = "reference", cap.version[len("reference-"):]
             v1 = m.group(1) == "V1"
-            cap.put(Setting("engine_v1", v1, "resolved", "LLM engine", numbers[i]))
+            cap.put(Setting("engine_v1", v1, "printed", "LLM engine", numbers[i]))
             for k, v, _ in _joined(lines, i, m.end(), parse_kv_list, numbers[i]):
-                _add(cap, k, v, "resolved", numbers[i])
+                _add(cap, k, v, "printed", numbers[i])
         for pattern, key, conv in _SINGLE:
             if s := pattern.search(line):
                 cap.put(Setting(key, conv(s.group(1)), "resolved", key, numbers[i]), override=False)

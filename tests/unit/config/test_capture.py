@@ -42,7 +42,7 @@ def test_vllm_v1_0102_json_compilation_config_and_single_value_lines() -> None:
     assert v["max_num_batched_tokens"] == 2048 and v["num_gpu_blocks"] == 302267
     assert v["kv_cache_tokens"] == 4836272 and v["enable_chunked_prefill"] is True
     assert c.settings["gpu_memory_utilization"].origin == "set"  # from non-default args
-    assert c.settings["enable_prefix_caching"].origin == "resolved"
+    assert c.settings["enable_prefix_caching"].origin == "printed"  # the engine config line: a start-up print
     assert "model_tag" not in v and v["served_model_name"] == "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 
 

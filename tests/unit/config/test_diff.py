@@ -60,11 +60,12 @@ def test_shared_prefix_light_workload_puts_prefix_caching_above_the_token_budget
     assert rl.index("enable_prefix_caching") < rl.index("max_num_batched_tokens")
 
 
-def test_a_default_neither_log_prints_is_filled_from_the_catalog() -> None:
+def test_a_default_neither_log_prints_is_catalog_context_not_a_difference() -> None:
     r = _diff("vllm_0.4.1_v0.log", "vllm_0.10.2_v1.log", Workload(**LLAMA))
-    gen = next(d for d in r.differences if d.key == "generation_config")
-    assert (gen.a, gen.b, gen.origin_a, gen.origin_b) == ("vllm", "auto", "catalog default", "catalog default")
-    assert "PR #12622" in gen.why_different and "approximate" in gen.why_different
+    assert "generation_config" not in _rank(r) and all(g.key != "generation_config" for g in r.gaps)
+    gen = next(m for m in r.unobserved_moves if m["key"] == "generation_config")
+    assert (gen["a"], gen["b"], gen["approx"]) == ("vllm", "auto", True) and "PR #12622" in gen["source"]
+    assert "shown by neither side (not observed): generation_config vllm -> auto" in to_text(r)
 
 
 def test_kv_capacity_is_priced_against_the_workloads_concurrency() -> None:
