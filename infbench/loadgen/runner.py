@@ -250,6 +250,7 @@ class Runner:
                 break
             # Sized while waiting for its time, so a count the target makes delays no send
             # unless it takes longer than the gap to this arrival.
+            idx = self._claim(spec)
             await self._sizer.size(spec)
             if await self._sleep_until(due_ns):
                 break  # stopped while waiting
@@ -259,7 +260,7 @@ class Runner:
                     cap.release()
                     break
             self._committed += self._turns
-            self._spawn(self._run_session(sess, due_ns, first=spec, cap=cap))
+            self._spawn(self._run_session(sess, due_ns, first=(spec, idx), cap=cap))
 
     async def _sleep_until(self, due_ns: int) -> bool:
         """Wait for `due_ns`; True if the run was stopped meanwhile.
@@ -284,27 +285,32 @@ class Runner:
         self,
         sess: Session,
         first_intended_ns: int | None,
-        first: RequestSpec | None = None,
+        first: tuple[RequestSpec, int] | None = None,
         cap: asyncio.Semaphore | None = None,
     ) -> None:
-        """Send a session's requests in turn. `first` (open loop) was sized and committed by
-        the dispatcher; otherwise the session is committed here, before its first await."""
+        """Send a session's requests in turn. `first` (open loop: the spec and its index) was
+        sized and committed by the dispatcher; otherwise the session is committed here, before
+        its first await."""
         if first is None:
             self._committed += self._turns
         sent = 0
         conversation: int | None = None
         replica: int | None = None  # picked at the first send; the session's turns stay there
         try:
-            spec = first if first is not None else next(sess, None)
+            spec, idx = first if first is not None else (next(sess, None), None)
             intended = first_intended_ns
             while spec is not None:
                 conversation = spec.conversation_id
-                if spec is not first:
+                if idx is None:
+                    # the index is the session's place in the workload's order: claimed before
+                    # the sizer's count, which other slots' counts can overtake
+                    idx = self._claim(spec)
                     await self._sizer.size(spec)
                 if replica is None:  # no await between the pick and the count it changes
                     replica = self._router.pick()
-                reply = await self._send(spec, intended if intended is not None else time.monotonic_ns(),
+                reply = await self._send(spec, idx, intended if intended is not None else time.monotonic_ns(),
                                          replica)
+                idx = None
                 sent += 1
                 intended = None  # later turns follow the previous reply at once
                 if self._interrupted:  # the end of --duration does not stop a begun session
@@ -320,9 +326,14 @@ class Runner:
             if cap is not None:
                 cap.release()
 
-    async def _send(self, spec: RequestSpec, intended_ns: int, replica: int = 0) -> str | None:
+    def _claim(self, spec: RequestSpec) -> int:
+        """The request's stored index, claimed before any await (sizing, the pacer), so the
+        stop-by-count check sees it and the order is the workload's, not the event loop's."""
         idx = self._next_idx if self._index is None else self._index(spec)
-        self._next_idx += 1  # claimed before waiting, so the stop-by-count check sees it
+        self._next_idx += 1
+        return idx
+
+    async def _send(self, spec: RequestSpec, idx: int, intended_ns: int, replica: int = 0) -> str | None:
         # Counted on its replica from here, before the pacer's turn, so the next session's
         # pick (least outstanding) already sees it.
         conc = self._router.started(replica)

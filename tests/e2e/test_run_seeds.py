@@ -129,3 +129,22 @@ def test_readme_reuse_example_hits_the_cache(engine: EngineProcess, tmp_path: Pa
         run_id, config, _ = _last_run(db)
         assert config["prompts"]["reuse"] is True
     assert _cached_share(db, run_id) > 0.8
+
+
+@pytest.mark.parametrize("arrival", [("--arrival", "closed", "--concurrency", "5"),
+                                     ("--arrival", "poisson", "--rate", "60")])
+def test_requests_keep_the_workloads_order_when_counts_answer_out_of_order(
+        tmp_path: Path, arrival: tuple[str, ...]) -> None:
+    """A target whose /tokenize counts do not follow the token model is counted per request;
+    counts that come back out of order (a busy server) must not reorder the stored indices, or
+    two runs of one seed get different fingerprints and the gate refuses to pair them (seen on
+    a real vLLM)."""
+    with sse_server("--tokenize", "--tokenize-delay-ms", "15") as url:
+        docs = [_run(url, tmp_path / "o.duckdb", *arrival, "--num-requests", "40", "--seed", "5",
+                     "--input-tokens", "uniform:40:400", "--output-tokens", "4") for _ in range(2)]
+    assert docs[0]["workload_fingerprint"] == docs[1]["workload_fingerprint"]
+    rows = _query(tmp_path / "o.duckdb", "SELECT run_id, request_idx, target_input_tokens "
+                                         "FROM requests ORDER BY run_id, request_idx")
+    a = [r[2] for r in rows if r[0] == docs[0]["run_id"]]
+    b = [r[2] for r in rows if r[0] == docs[1]["run_id"]]
+    assert a == b and len(a) == 40

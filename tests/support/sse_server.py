@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import sys
 import time
 from typing import Any
@@ -133,6 +134,9 @@ class Server:
             self.send_json(writer, 200, self.tails)
             return True
         if path == "/tokenize" and method == "POST" and self.args.tokenize:
+            if self.args.tokenize_delay_ms > 0:
+                # counts answered out of order, as a busy server's are
+                await asyncio.sleep(random.uniform(0, self.args.tokenize_delay_ms) / 1e3)
             self.tokenize(json.loads(body), writer)
             return True
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
@@ -317,6 +321,8 @@ async def main(argv: list[str] | None = None) -> None:
     p.add_argument("--faults", default="")
     p.add_argument("--log-timing", action="store_true")
     p.add_argument("--tokenize", action="store_true", help="answer POST /tokenize (vLLM's shape)")
+    p.add_argument("--tokenize-delay-ms", type=float, default=0.0,
+                   help="delay each /tokenize answer by a random 0..N ms")
     args = p.parse_args(argv)
     server = Server(args)
     srv = await asyncio.start_server(server.handle, "127.0.0.1", args.port, limit=1 << 20, backlog=1024)
