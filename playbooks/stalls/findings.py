@@ -11,6 +11,7 @@ import numpy as np
 from playbooks.context import RunContext
 from playbooks.findings import Evidence, Finding
 from playbooks.sql import fetch_one
+from playbooks.stalls.damage import RULE, Damage, damage, severity
 from playbooks.stalls.events import Baseline, Events
 from playbooks.stalls.periodic_sources import JITTER_SCALE, Periodicity
 from playbooks.stalls.periodicity import SIGNIFICANT_LLR
@@ -21,11 +22,8 @@ from playbooks.stalls.prefill import (
     roofline_budget,
 )
 from playbooks.stalls.server_view import SLOWDOWN_FINDING, DecodeVsRoofline, TtftSplit
-from playbooks.stalls.tail import Tail
+from playbooks.stalls.tail import GapIndex, Tail
 
-# A significant period that at least half the pauses keep: the periodic source is the main
-# cause (below that, unrelated pauses dominate and "no regular period" is the honest summary).
-PERIODIC_STRENGTH = 0.5
 # A clock scoring at least this share of the best one ties with it (jitter within 0.1% of a
 # period): when steps, tokens and seconds advance in lockstep (constant batch, no idle
 # time), one run cannot say which clock the source keeps.
@@ -43,22 +41,16 @@ def _r(v: Any, nd: int = 2) -> Any:
     return round(float(v), nd) if isinstance(v, float | np.floating) else v
 
 
-def _severity(tail: Tail, magnitude: float) -> str:
-    # How much the group raises p99 ITL (removing it would cut p99 3x -> critical); rare but
-    # huge gaps (20x the typical ITL) are a visible freeze even when p99 hides them.
-    gain = tail.p99_ms / tail.p99_without_ms if tail.p99_without_ms > 0 else 1.0
-    if gain >= 3:
-        return "critical"
-    return "warning" if gain >= 1.5 or magnitude >= 20 else "info"
-
-
 def _tail_evidence(tail: Tail) -> Evidence:
     return Evidence("share_of_p99_itl", {
         "p99_itl_ms": _r(tail.p99_ms), "p99_itl_without_these_ms": _r(tail.p99_without_ms),
         "share_of_gaps_at_or_above_p99": _r(tail.tail_share, 3),
-        "gaps_in_these_events": tail.gaps_in_events}, tail.sql,
-        "gaps above the stall threshold assigned to events by their end time; p99 recomputed "
-        "without them")
+        "gaps_in_these_events": tail.gaps_in_events,
+        "p99_itl_without_any_stall_ms": _r(tail.p99_clean_ms), "p99_gain": _r(tail.p99_gain)},
+        tail.sql, "gaps above the stall threshold assigned to events by their end time; p99 "
+        "recomputed without them, and without any stall; p99 gain = the larger of p99 over p99 "
+        "without these and (p99 / p99 without any stall) ** share: their share of the rise all "
+        "stalls make, which still counts when other stalls fill the tail too")
 
 
 def _period_evidence(per: Periodicity) -> list[Evidence]:
@@ -82,16 +74,43 @@ def _period_evidence(per: Periodicity) -> list[Evidence]:
     return out
 
 
-def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicity,
+def _part_values(prefix: str, d: Damage) -> dict[str, Any]:
+    return {f"{prefix}_events": d.events,
+            f"{prefix}_median_gap_ms": _r(d.median_gap_ms) if d.events else None,
+            f"{prefix}_share_of_p99_tail": _r(d.tail.tail_share, 3),
+            f"{prefix}_wall_time_lost_s": _r(d.lost_s, 3),
+            f"{prefix}_lost_per_minute_s": _r(d.lost_per_minute_s, 3)}
+
+
+def _costs(d: Damage, tail: str = "") -> str:
+    tail = tail or f"the gaps at or above p99 ITL ({d.tail.p99_ms:.0f} ms)"
+    return (f"hold {d.tail.tail_share:.0%} of {tail} and cost {d.lost_s:.1f} s of wall time "
+            f"({d.lost_per_minute_s:.2f} s a minute)")
+
+
+def engine_wide_finding(ev: Events, idx: np.ndarray, gaps: GapIndex, per: Periodicity,
                         cross: Evidence, base: Baseline, has_steps: bool) -> Finding:
     fit = per.primary
-    periodic = fit is not None and fit.strength >= PERIODIC_STRENGTH
+    # A significant period names its source however many unrelated pauses surround it:
+    # significance already says the grid is no accident (random pause times never reach
+    # it), and how much the period matters is its share of the damage, reported beside
+    # that of the pauses off it, not a vote of the events.
+    periodic = fit is not None and fit.significant
+    whole = damage(gaps, ev, idx, base.median_ms)
+    tail = whole.tail
     evidence = [cross, Evidence("engine_wide_stalls", {
         "events": len(idx), "median_gap_ms": _r(np.median(ev.gap_ms[idx])),
         "max_gap_ms": _r(np.max(ev.max_gap_ms[idx])), "typical_itl_ms": _r(base.median_ms),
         "median_requests_stalled": _r(float(np.median(ev.n_stalled[idx]))),
         "longest_engine_step_ms": _r(float(np.nanmax(ev.covering_step_ms[idx])))
-        if has_steps else None}, ev.sql), _tail_evidence(tail), *_period_evidence(per)]
+        if has_steps else None}, ev.sql), _tail_evidence(tail), Evidence("damage", {
+            "p99_gain": _r(tail.p99_gain), "wall_time_lost_s": _r(whole.lost_s, 3),
+            "streaming_span_s": _r(whole.span_s), "lost_per_minute_s": _r(whole.lost_per_minute_s, 3),
+            "share_of_wall_time_lost": _r(whole.lost_share, 4)}, ev.sql,
+            "wall time lost = sum over these events of (gap_ms - typical ITL): every stream "
+            "stops at once, so it is time the engine produced nothing; streaming span = first "
+            "to last gap end of the itl view; p99 gain: see share_of_p99_itl. Severity: "
+            + RULE), *_period_evidence(per)]
     ranked = [s for s in per.sources if s.score > 0] if periodic else []
     if ranked:
         evidence.append(Evidence("periodic_sources_ranked", {
@@ -100,11 +119,29 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicit
             "one grid"))
     if periodic:
         assert fit is not None and per.seconds is not None
+        # The fit's own split: an event is on the period when the grid explains it better
+        # than the uniform background does (PeriodFit.grid >= 0).
+        on = fit.grid >= 0
+        on_d, off_d = (damage(gaps, ev, idx[m], base.median_ms) for m in (on, ~on))
+        unit = {"seconds": "s", "steps": "steps", "output tokens": "tokens"}[per.grid_clock or "seconds"]
+        evidence.append(Evidence("periodic_vs_irregular", {
+            "clock": per.grid_clock, "period": _r(fit.period, 4 if unit == "s" else 1),
+            "unit": unit, "periods_hit": fit.hits, "periods_missed": fit.missed,
+            **_part_values("on_period", on_d), **_part_values("irregular", off_d)}, tail.sql,
+            "events split by the period fit (on the period: nearer a grid point than the "
+            "uniform background explains, as the fit itself counts them); share of p99 tail = "
+            "share of the gaps of these rows at or above p99 ITL that belong to each part's "
+            "events (assigned by end time); wall time lost = sum over the part's events of "
+            "(gap_ms - typical ITL)"))
         steps = f" = every {per.steps.period:.0f} steps" if per.steps is not None else ""
-        summary = (f"{len(idx)} engine-wide pauses recur every {per.seconds.period:.3f} s{steps} "
-                   f"({fit.hits} on the period, {fit.missed} periods without a pause, {fit.extra} "
-                   f"off it); every running request stalls at once, "
-                   f"{np.median(ev.gap_ms[idx]):.0f} ms each vs a typical ITL of {base.median_ms:.1f} ms.")
+        head = f"{on_d.events} of {len(idx)}" if off_d.events else f"{len(idx)}"
+        summary = (f"{head} engine-wide pauses recur every {per.seconds.period:.3f} s{steps} "
+                   f"({fit.hits} periods with a pause, {fit.missed} without); every running "
+                   f"request stalls at once, {on_d.median_gap_ms:.0f} ms each vs a typical ITL of "
+                   f"{base.median_ms:.1f} ms; they {_costs(on_d)}.")
+        if off_d.events:
+            summary += (f" Apart from them, {off_d.events} irregular pauses off the period "
+                        f"({off_d.median_gap_ms:.0f} ms each) {_costs(off_d, 'that tail')}.")
         tied = [x for x in ranked if x.score >= RANK_TIE * ranked[0].score]
         if len(tied) >= 2:
             summary += (f" The {', '.join(x.clock for x in tied)} clocks fit equally well "
@@ -116,7 +153,8 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicit
                         f"(score {a.score:.2f}) better than in {b.clock} ({b.score:.2f}).")
     else:
         summary = (f"{len(idx)} engine-wide pauses: every running request stalled at the same "
-                   f"wall time, {np.median(ev.gap_ms[idx]):.0f} ms each; no regular period.")
+                   f"wall time, {np.median(ev.gap_ms[idx]):.0f} ms each; no regular period. They "
+                   f"{_costs(whole)}.")
     actions = [f"check first: {x.check}" for x in ranked[:1] + [
         x for x in ranked[1:] if x.score >= RANK_TIE * ranked[0].score]] + [
         "take py-spy dump --native of the engine process during a pause (the step loop's stack)",
@@ -125,7 +163,8 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, tail: Tail, per: Periodicit
     return Finding("periodic_engine_stall" if periodic else "engine_wide_stall",
                    "Periodic engine-wide stall" if periodic else "Engine-wide stall",
                    0.9 if has_steps else 0.7,
-                   _severity(tail, float(np.median(ev.gap_ms[idx])) / base.median_ms), summary, evidence, actions)
+                   severity(tail, whole.median_gap_ms / base.median_ms, whole.lost_share),
+                   summary, evidence, actions)
 
 
 def private_finding(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events, idx: np.ndarray,
@@ -135,7 +174,7 @@ def private_finding(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
     attributed = idx[ev.cause[idx] == "preemption"]
     requests = sorted({r for i in idx for r in ev.stalled[i]})
     preempt_known = len(attributed) > 0 or bool(metric_pre)
-    severity = _severity(tail, float(np.median(ev.gap_ms[idx])) / typical_ms)
+    sev = severity(tail, float(np.median(ev.gap_ms[idx])) / typical_ms)
     evidence = [cross, Evidence("private_stalls", {
         "events": len(idx), "requests_affected": len(requests),
         "events_with_preemption_in_step_log": len(attributed),
@@ -150,7 +189,7 @@ def private_finding(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
                    f"({len(idx)} events, median {np.median(ev.gap_ms[idx]):.0f} ms): preempted "
                    f"and recomputed ({len(attributed)} events coincide with preemptions in the step log).")
         return Finding("preemption_stall", "Private stalls from preemption (KV pool exhausted)",
-                       0.85 if len(attributed) else 0.6, severity, summary, evidence, [
+                       0.85 if len(attributed) else 0.6, sev, summary, evidence, [
                            "check KV usage over time (vllm:kv_cache_usage_perc) and the memory "
                            "playbook: the pool runs dry under this load",
                            "cap concurrency (max_num_seqs) or raise gpu_memory_utilization / "
@@ -159,7 +198,7 @@ def private_finding(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
                f"({len(idx)} events): no preemption was recorded, so a slow reader or the network "
                "path of those requests is the likely cause.")
     return Finding("private_stall", "Private stalls (slow reader or unrecorded preemption)",
-                   0.5, severity, summary, evidence, [
+                   0.5, sev, summary, evidence, [
                        "check the client's socket reads for those requests (stream byte budget, "
                        "proxy buffering)", "scrape vllm:num_preemptions_total to rule preemption out"])
 

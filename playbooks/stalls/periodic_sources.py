@@ -117,10 +117,17 @@ def common_grid(clocks: dict[str, tuple[np.ndarray, float]], floors: dict[str, f
 
 
 def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarray,
-                 step_ids: np.ndarray | None, tokens: np.ndarray) -> Periodicity:
-    """`times_s`, `step_ids` (-1 where unknown) and `tokens`: one entry per event."""
-    clocks: dict[str, tuple[np.ndarray, float]] = {"seconds": (np.asarray(times_s, dtype=float), 0.0),
-                                                   "output tokens": (tokens.astype(float), 1.0)}
+                 step_ids: np.ndarray | None, tokens: np.ndarray,
+                 tokens_per_step: float = 1.0) -> Periodicity:
+    """`times_s`, `step_ids` (-1 where unknown) and `tokens`: one entry per event.
+    `tokens_per_step`: how many tokens one step delivers (the streams running), used where
+    the step log does not say."""
+    # The tokens clock moves a whole step's tokens at a time: events at step boundaries sit
+    # on multiples of the batch whatever their cause, so a "period" of one step's tokens
+    # fits any set of events exactly. The batch is that clock's quantum, as 1 is the steps'.
+    clocks: dict[str, tuple[np.ndarray, float]] = {
+        "seconds": (np.asarray(times_s, dtype=float), 0.0),
+        "output tokens": (tokens.astype(float), max(float(tokens_per_step), 1.0))}
     floors = {"seconds": 0.0, "steps": 0.0, "output tokens": 0.0}
     shapes_sql, new_shape_share = None, 0.0
     if step_ids is not None:
@@ -135,6 +142,9 @@ def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarra
             normal = ~np.isin(all_ids, known)
             floors = {"seconds": resolution(np.asarray(cols["duration_s"], dtype=float)[normal]),
                       "steps": resolution(np.ones(1)), "output tokens": resolution(batch[normal])}
+            if normal.any():
+                clocks["output tokens"] = (clocks["output tokens"][0],
+                                           max(float(np.median(batch[normal])), 1.0))
             new = first_seen(batch.astype(np.int64))
             pos = np.clip(np.searchsorted(all_ids, known), 0, max(len(all_ids) - 1, 0))
             new_shape_share = float(np.mean(new[pos])) if len(all_ids) else 0.0

@@ -127,8 +127,9 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
         # count the same periods in seconds, steps and tokens.
         step_ids = ev.covering_step_id[wide] if ctx.has_steps else None
         per = rank_sources(con, ctx.run_id, times_s, step_ids,
-                           tokens_before(con, ctx.run_id, ev.first_start[wide]))
-        diag.findings.append(engine_wide_finding(ev, wide, gaps.tail(wide), per, cross, base,
+                           tokens_before(con, ctx.run_id, ev.first_start[wide]),
+                           float(np.median(ev.n_active[wide])))
+        diag.findings.append(engine_wide_finding(ev, wide, gaps, per, cross, base,
                                                  ctx.has_steps))
     private = np.flatnonzero((ev.kind == "private") & (ev.cause != "client_pause"))
     if len(private):

@@ -21,6 +21,20 @@ class Tail:
     tail_share: float        # share of gaps >= p99 that belong to the events
     gaps_in_events: int
     sql: str
+    p99_clean_ms: float = float("nan")  # p99 of the gaps in no stall (at or below the threshold)
+
+    @property
+    def p99_gain(self) -> float:
+        """How many times this group raises p99 ITL: the larger of p99 over p99 without the
+        group, and the group's share of the rise all stalls make over the clean p99,
+        (p99 / clean p99) ** share. The first is exact when the group is the only stall
+        source; when another fills the tail too, removing either alone leaves p99 where it
+        was (the other still fills it), yet each holds its share of the gaps that set p99.
+        Shares of a ratio compose by powers, so the gains of groups that share the tail
+        multiply up to the whole rise, and a sole source (share 1) gets all of it."""
+        removed = self.p99_ms / self.p99_without_ms if self.p99_without_ms > 0 else 1.0
+        rise = self.p99_ms / self.p99_clean_ms if self.p99_clean_ms > 0 else 1.0
+        return max(removed, max(rise, 1.0) ** self.tail_share, 1.0)
 
 
 class GapIndex:
@@ -37,6 +51,10 @@ class GapIndex:
             sub = np.where(ok, idx, -1)
             self.event[np.flatnonzero(big)] = sub
         self.p99 = float(np.quantile(self.itl, 0.99)) if len(self.itl) else float("nan")
+        clean = self.itl[~big]
+        self.p99_clean = float(np.quantile(clean, 0.99)) if len(clean) else float("nan")
+        # The streaming span the pauses are weighed against: first to last gap end.
+        self.span_s = float(t.max() - t.min()) / 1e9 if len(t) else 0.0
 
     def tail(self, members: np.ndarray) -> Tail:
         """`members`: indices of the events in the group."""
@@ -47,7 +65,7 @@ class GapIndex:
             p99_ms=self.p99,
             p99_without_ms=float(np.quantile(rest, 0.99)) if len(rest) else float("nan"),
             tail_share=float(np.mean(in_group[top])) if top.any() else 0.0,
-            gaps_in_events=int(in_group.sum()), sql=self.sql)
+            gaps_in_events=int(in_group.sum()), sql=self.sql, p99_clean_ms=self.p99_clean)
 
 
 def tokens_before(con: duckdb.DuckDBPyConnection, run_id: str, times_ns: np.ndarray) -> np.ndarray:
