@@ -1,4 +1,9 @@
-"""`infbench trace import | list | analyze`: profiler traces in the store and their timelines."""
+"""`infbench trace import | list | analyze`: profiler traces in the store and their timelines.
+
+Imports are made where they are used: `trace analyze FILE` reads the file in memory and is
+timed against HTA as a whole process, so it must not pay for DuckDB and the store (half a
+second of imports) that only the store's commands use.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,35 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
-from infbench.command_support import fail, store_or_exit
-from infbench.console import make_console
-from infbench.store import StoreError
-from probes.traces import TraceError, import_trace
-from probes.traces.analysis import ANALYSES, Timeline
-from probes.traces.frame import ANALYSES as IN_MEMORY
-from probes.traces.frame import TraceFrame
+from probes.traces.errors import TraceError
+from probes.traces.timeline_sql import ANALYSES
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+def _fail(message: str) -> typer.Exit:
+    from infbench.command_support import fail
+
+    return fail(message)
+
+
+def _table(**kw: Any) -> Table:
+    from rich.table import Table
+
+    return Table(**kw)
+
+
+def _console() -> Console:
+    from infbench.console import make_console
+
+    return make_console()
+
 
 app = typer.Typer(help="Profiler traces: import PyTorch profiler / Nsight Systems traces, analyse their timelines.",
                   no_args_is_help=True, add_completion=False)
@@ -46,15 +68,19 @@ def import_cmd(
     json_out: bool = typer.Option(False, "--json", help="What was imported, as JSON on stdout."),
 ) -> None:
     """Import a trace (PyTorch profiler JSON or Nsight Systems SQLite) into the store."""
+    from infbench.command_support import store_or_exit
+    from infbench.store import StoreError
+    from probes.traces import import_trace
+
     with store_or_exit(db) as con:
         try:
             t = import_trace(con, path, run)
         except (TraceError, StoreError) as exc:
-            raise fail(str(exc)) from None
+            raise _fail(str(exc)) from None
     if json_out:
         sys.stdout.write(json.dumps(t.__dict__, indent=2) + "\n")
         return
-    c = make_console()
+    c = _console()
     c.print(f"imported {t.source} trace {t.trace_id} from {t.path} into {db}")
     c.print(f"ranks {', '.join(map(str, t.ranks))}; {t.events} events read; "
             + ", ".join(f"{n} {k.removeprefix('trace_')}" for k, n in t.counts.items()))
@@ -68,16 +94,18 @@ def import_cmd(
 @app.command("list")
 def list_cmd(db: Path = DB_OPTION) -> None:
     """List the traces in a store, newest first."""
+    from infbench.command_support import store_or_exit
+
     with store_or_exit(db, read_only=True) as con:
         rows = con.execute("SELECT trace_id, imported_at, source, ranks, events, run_id, path "
                            "FROM traces ORDER BY imported_at DESC").fetchall()
-    t = Table(title=f"traces in {db}")
+    t = _table(title=f"traces in {db}")
     t.add_column("trace", no_wrap=True)
     for col in ("imported (UTC)", "source", "ranks", "events", "run", "path"):
         t.add_column(col)
     for tid, at, src, ranks, events, run, path in rows:
         t.add_row(tid, at.strftime("%Y-%m-%d %H:%M:%S"), src, str(ranks), str(events), run or "", path)
-    make_console().print(t)
+    _console().print(t)
 
 
 def short_name(name: str) -> str:
@@ -123,28 +151,34 @@ def analyze(
     names = [n.strip() for n in only.split(",")] if only else [a for a in ANALYSES if a != "cpu_steps"]
     unknown = [n for n in names if n not in ANALYSES]
     if unknown:
-        raise fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
+        raise _fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
     if top < 1:
-        raise fail("--top must be >= 1")
+        raise _fail("--top must be >= 1")
     results: dict[str, tuple[list[str], list[tuple[Any, ...]], str | None]] = {}
     if trace != "last" and Path(trace).exists():
+        from probes.traces.frame import ANALYSES as IN_MEMORY
+        from probes.traces.frame import TraceFrame
+
         label = f"{trace} (in memory, not imported)"
         names = names if only else list(IN_MEMORY)
         if sql:
-            raise fail(f"--sql: {trace} is analysed in memory, without SQL; import it "
+            raise _fail(f"--sql: {trace} is analysed in memory, without SQL; import it "
                        "(`infbench trace import`) to see the SQL behind each table")
         stored_only = [n for n in names if n not in IN_MEMORY]
         if stored_only:
-            raise fail(f"--only: {stored_only[0]!r} needs the trace imported (`infbench trace "
+            raise _fail(f"--only: {stored_only[0]!r} needs the trace imported (`infbench trace "
                        f"import`); a file is analysed in memory for {', '.join(IN_MEMORY)}")
         try:
             frame = TraceFrame.read(trace)
             for n in names:
                 results[n] = (*frame.query(n, **({"num_kernels": top} if n == "kernels" else {})), None)
         except TraceError as exc:
-            raise fail(str(exc)) from None
+            raise _fail(str(exc)) from None
         trace_id = None
     else:
+        from infbench.command_support import store_or_exit
+        from probes.traces.analysis import Timeline
+
         with store_or_exit(db, read_only=True) as con:
             try:
                 with Timeline(con, trace) as tl:
@@ -154,19 +188,19 @@ def analyze(
                     for n in names:
                         results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
             except TraceError as exc:
-                raise fail(str(exc)) from None
+                raise _fail(str(exc)) from None
     if json_out:
         out = {"trace_id": trace_id, **({} if trace_id else {"path": trace}), **{n: [dict(zip(c, r, strict=True)) for r in rows]
                                          for n, (c, rows, _) in results.items()}}
         sys.stdout.write(json.dumps(out, indent=2, default=str).replace("NaN", "null") + "\n")
         return
-    console = make_console()
+    console = _console()
     if not console.is_terminal:
         console.width = 200  # piped to a file or a log: rows on one line each, not folded
     console.print(f"trace {label}" + (" (CPU-only profile: no GPU events; per-step CPU "
                                            "ops only)" if names == ["cpu_steps"] else ""))
     for n, (cols, rows, text) in results.items():
-        t = Table(title=_TITLES[n], title_justify="left")
+        t = _table(title=_TITLES[n], title_justify="left")
         for col in cols:
             t.add_column(col, overflow="fold")
         name_at = cols.index("name") if "name" in cols else -1

@@ -19,9 +19,8 @@ import duckdb
 from probes.traces import timeline_sql as q
 from probes.traces.errors import TraceError
 from probes.traces.steps_sql import CPU_STEPS, STEPS
+from probes.traces.timeline_sql import ANALYSES  # noqa: F401 - its public name here too
 
-ANALYSES = ("temporal", "idle", "idle_stats", "kernel_types", "kernels", "overlap",
-            "launch_summary", "steps", "cpu_steps")
 STEP_PATTERN = r"^(ProfilerStep|step|engine_step)\s*#\s*\d+"
 
 

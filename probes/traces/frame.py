@@ -19,8 +19,8 @@ from typing import Any
 
 from probes.traces import timeline_numpy as tn
 from probes.traces.errors import TraceError
-from probes.traces.importer import rank_files
 from probes.traces.kineto_columns import RankEvents, read_rank
+from probes.traces.paths import rank_files
 from probes.traces.timeline_arrays import TimelineArrays, select
 
 ANALYSES = tuple(tn.ANALYSES)

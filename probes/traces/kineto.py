@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 
+from probes.traces.categories import GPU_CATEGORIES
 from probes.traces.errors import TraceError
 from probes.traces.kineto_file import extract
 
@@ -30,9 +31,6 @@ _COLUMNS = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', ti
             "ts: 'VARCHAR', dur: 'VARCHAR', args: 'STRUCT("
             + ", ".join(f'"{a}" VARCHAR' for a in _ARGS) + ")'}")
 
-GPU_CATEGORIES = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy",
-                  "Memcpy": "memcpy", "gpu_memset": "memset", "Memset": "memset",
-                  "cuda_sync": "sync", "mtia_ccp_events": "kernel"}
 
 
 def _int(expr: str) -> str:

@@ -8,10 +8,9 @@ them (`kineto._STAGE`), so both paths compute the same numbers:
 - numbers written as 7, 7.0 or "7" are the same number; a value that is not a number is
   missing (the import's TRY_CAST), and a missing stream or correlation is -1, which every
   analysis treats as missing;
-- `ts`/`dur` become integer nanoseconds exactly: a float's integer part is exact below 2**53
-  and its fraction carries the literal's three decimals while the float's spacing is under a
-  nanosecond (below 2**43 us, 101 days); past that a file with fractional timestamps is
-  parsed again keeping every literal as text.
+- `ts` becomes integer nanoseconds exactly, from the literal's own text (msgspec.Raw; see
+  kineto_literals: a double of an epoch-microsecond ts is a quarter microsecond coarse);
+  `dur`, small, through a double, whose spacing is under a nanosecond below 2**43 us.
 
 Two readers, chosen by the file's decompressed size: msgspec, fastest for the traces one
 person captures (a few MB to tens of MB; DuckDB's connection alone costs more than parsing
@@ -30,7 +29,6 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +36,9 @@ import msgspec
 import numpy as np
 
 from probes.traces.errors import TraceError
+from probes.traces.kineto_literals import literals_ns
 
 LARGE_BYTES = 48 << 20      # decompressed JSON past which DuckDB's reader is used
-_EXACT_LIMIT = float(2 ** 43)  # us; below it a float keeps a literal's three decimals
 
 
 @dataclass
@@ -135,19 +133,9 @@ def _ids(values: list[Any]) -> np.ndarray:
 
 
 def _ns(x: np.ndarray) -> np.ndarray:
-    """Microseconds (finite floats) to integer nanoseconds, exact below _EXACT_LIMIT."""
+    """Microseconds (finite floats, under 2**43) to integer nanoseconds, exactly."""
     whole = np.floor(x)
     return whole.astype(np.int64) * 1000 + np.rint((x - whole) * 1000).astype(np.int64)
-
-
-def _exact_ns(values: list[Any]) -> np.ndarray:
-    out = np.zeros(len(values), dtype=np.int64)
-    for i, v in enumerate(values):
-        try:
-            out[i] = int((Decimal(str(v)) * 1000).quantize(Decimal(1)))
-        except (InvalidOperation, ValueError, TypeError):
-            out[i] = 0
-    return out
 
 
 class _Args(msgspec.Struct):
@@ -159,7 +147,7 @@ class _Event(msgspec.Struct):
     ph: Any = None
     cat: Any = None
     name: Any = None
-    ts: Any = None
+    ts: msgspec.Raw = msgspec.Raw()  # the literal's text: a double would lose nanoseconds
     dur: Any = None
     args: _Args | None = None
 
@@ -175,9 +163,9 @@ class _Trace(msgspec.Struct):
 
 _DECODE = msgspec.json.Decoder(_Trace | list[_Event]).decode
 
-# (event index, cat, name, dur, correlation, stream) of each `ph: X` event, and every
-# event's ts: what the timeline reads from a file.
-_Fields = tuple[list[Any], list[tuple[Any, ...]]]
+# What the timeline reads from a file: every event's ts literal, then the index, cat, name,
+# dur, correlation and stream of each `ph: X` event, as lists.
+_Fields = tuple[list[bytes], list[int], list[Any], list[Any], list[Any], list[Any], list[Any]]
 
 
 def _fields_from_structs(doc: _Trace | list[_Event]) -> tuple[_Fields, dict[str, Any]]:
@@ -187,53 +175,50 @@ def _fields_from_structs(doc: _Trace | list[_Event]) -> tuple[_Fields, dict[str,
         events = doc.traceEvents
         meta = {k: v for k, v in msgspec.structs.asdict(doc).items()
                 if k != "traceEvents" and v is not None}
-    ts_v = [e.ts for e in events]
-    rows = [(i, e.cat, e.name, e.dur, *((e.args.correlation, e.args.stream) if e.args else (None, None)))
-            for i, e in enumerate(events) if e.ph == "X"]
-    return (ts_v, rows), meta
+    # one pass per column: faster than a tuple per event turned into columns
+    idx = [i for i, e in enumerate(events) if e.ph == "X"]
+    xs = [events[i] for i in idx]
+    args = [e.args for e in xs]
+    return ([bytes(e.ts) for e in events], idx, [e.cat for e in xs], [e.name for e in xs],
+            [e.dur for e in xs], [a.correlation if a is not None else None for a in args],
+            [a.stream if a is not None else None for a in args]), meta
+
+
+def _literal(v: Any) -> bytes:
+    # a value of the standard library's parse (floats kept as their text) as its literal
+    return b"" if v is None or isinstance(v, bool) else str(v).encode()
 
 
 def _fields_from_dicts(doc: Any) -> tuple[_Fields, dict[str, Any]]:
     events, meta = _events_and_meta(doc)
     ev = [e if isinstance(e, dict) else {} for e in events]
-    ts_v = [e.get("ts") for e in ev]
-    rows = []
-    for i, e in enumerate(ev):
-        if e.get("ph") == "X":
-            a = e.get("args") if isinstance(e.get("args"), dict) else {}
-            rows.append((i, e.get("cat"), e.get("name"), e.get("dur"), a.get("correlation"),
-                         a.get("stream")))
-    return (ts_v, rows), meta
+    idx = [i for i, e in enumerate(ev) if e.get("ph") == "X"]
+    xs = [ev[i] for i in idx]
+    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in xs]
+    return ([_literal(e.get("ts")) for e in ev], idx, [e.get("cat") for e in xs],
+            [e.get("name") for e in xs], [e.get("dur") for e in xs],
+            [a.get("correlation") for a in args], [a.get("stream") for a in args]), meta
 
 
 def _read_in_python(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     raw = _raw(path)
     try:
-        (ts_v, rows), meta = _fields_from_structs(_DECODE(raw))
+        fields, meta = _fields_from_structs(_DECODE(raw))
     except msgspec.ValidationError:
         try:
-            doc = json.loads(raw)
+            doc = json.loads(raw, parse_float=str)
         except ValueError as exc:
             raise TraceError(f"malformed JSON ({exc})") from None
-        (ts_v, rows), meta = _fields_from_dicts(doc)
+        fields, meta = _fields_from_dicts(doc)
     except msgspec.DecodeError as exc:
         raise TraceError(f"malformed JSON ({exc})") from None
-    ts = _floats(ts_v)
-    has_ts = np.isfinite(ts)
-    if has_ts.any() and np.abs(ts[has_ts]).max() >= _EXACT_LIMIT and any(
-            type(v) is float for v in ts_v):
-        start_all = _exact_start_ns(raw, len(ts_v))
-    else:
-        start_all = np.zeros(len(ts_v), dtype=np.int64)
-        start_all[has_ts] = _ns(ts[has_ts])
+    ts_lit, ids, cat, name, dur_v, corr, stream = fields
+    start_all, has_ts = literals_ns(ts_lit)
     round_to_us = bool((start_all[has_ts] % 1000 != 0).any())
-    if not rows:
+    if not ids:
         return _no_events(round_to_us), meta
-    # zip(*rows) turns the rows into columns in C.
-    ids, cat, name, dur_v, corr, stream = zip(*rows, strict=True)
-    del rows
     idx = np.array(ids, dtype=np.int64)
-    dur = _floats(list(dur_v))
+    dur = _floats(dur_v)
     cats = _strings(cat)
     # Complete events: `ph: X` with a category, a start and a duration.
     ok = has_ts[idx] & np.isfinite(dur) & np.not_equal(cats, None)
@@ -241,7 +226,7 @@ def _read_in_python(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     cols = {
         "event_id": idx, "cat": cats, "name": _strings(name), "start_ns": start,
         "end_ns": start + _ns(np.where(np.isfinite(dur), dur, 0)),
-        "correlation": _ids(list(corr)), "stream": _ids(list(stream)),
+        "correlation": _ids(corr), "stream": _ids(stream),
     }
     if not ok.all():
         cols = {k: v[ok] for k, v in cols.items()}
@@ -261,13 +246,6 @@ def _strings(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = [v if v.__class__ is str or v is None else json.dumps(v) for v in values]
     return out
-
-
-def _exact_start_ns(raw: bytes, n: int) -> np.ndarray:
-    """Start times from the literals themselves, for epoch-microsecond files with decimals."""
-    events, _ = _events_and_meta(json.loads(raw, parse_float=str))
-    vals = [(e.get("ts") if isinstance(e, dict) else None) for e in events]
-    return _exact_ns(vals) if len(vals) == n else np.zeros(n, dtype=np.int64)
 
 
 def _read_with_duckdb(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probes.traces.kineto import GPU_CATEGORIES
+from probes.traces.categories import GPU_CATEGORIES
 from probes.traces.kineto_columns import RankEvents
 
 _NOT_GPU = ("gpu_user_annotation", "Trace")

@@ -31,6 +31,11 @@ trace's first event, so rounding relative to it equals rounding the raw timestam
 
 from __future__ import annotations
 
+# What `Timeline.query` answers, by name; here, in a module that imports nothing, so the CLI
+# can list them without loading DuckDB.
+ANALYSES = ("temporal", "idle", "idle_stats", "kernel_types", "kernels", "overlap",
+            "launch_summary", "steps", "cpu_steps")
+
 # The double HTA parses from the `ts` literal of an event starting at {ns}, in us; the end
 # is that plus dur in us (also a double), as HTA adds them before rounding.
 HTA_TS = "(({ns}) // 1000)::DOUBLE + (({ns}) % 1000)::DOUBLE / 1000"

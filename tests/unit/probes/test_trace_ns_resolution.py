@@ -108,3 +108,35 @@ def test_the_fixture_is_the_kind_the_issue_names() -> None:
     tf = TraceFrame.read(TRACE)
     assert tf.ranks == [0] and tf.events == 4876
     assert EXPECTED["num_events_after_parse_per_rank"] == {"0": 36209}
+
+
+LITERALS = [b"1712195495519695.8", b"1712195495519695.125", b"0", b"7", b"-0.5", b"-12.345",
+            b"0.001", b"5.1225", b"-5.1225", b"5.1235", b"1.5e3", b"1E-3", b'"7.25"', b'" 7 "',
+            b"999999999999999.999", b"9223372036854775.807", b"9223372036854775.808",
+            b"12345678901234567890.5", b"", b"null", b"true", b'"x"', b'"NaN"', b'"Infinity"']
+
+
+def test_ts_literals_convert_as_the_store_converts_them() -> None:
+    """The in-memory path reads each ts literal's text as the import does in DuckDB
+    (TRY_CAST to DECIMAL(38, 3), x1000, to BIGINT): the same ns, the same missing ones."""
+    import duckdb
+
+    from probes.traces.kineto import _ns as store_ns
+    from probes.traces.kineto_literals import literal_ns, literals_ns
+
+    rng = np.random.default_rng(7)
+    lits = LITERALS + [f"{int(x)}.{int(f):03d}".rstrip("0").encode() for x, f in zip(
+        rng.integers(0, 2 ** 51, 3000), rng.integers(0, 1000, 3000), strict=True)] + [
+        str(int(x)).encode() for x in rng.integers(0, 2 ** 50, 300)]
+    # the store reads each ts as VARCHAR: a JSON string's content, a number's own text
+    text = [json.loads(x) if x[:1] == b'"' else (None if x in (b"", b"null") else x.decode())
+            for x in lits]
+    con = duckdb.connect()
+    want = [r[0] for r in con.execute(
+        f"SELECT {store_ns('t')} FROM unnest(?) WITH ORDINALITY u(t, i) ORDER BY i",
+        [text]).fetchall()]
+    ns, ok = literals_ns(lits)
+    got = [int(v) if k else None for v, k in zip(ns.tolist(), ok.tolist(), strict=True)]
+    assert got == want
+    assert [literal_ns(x) for x in lits] == want  # the one-by-one path too
+    assert got[:2] == [1712195495519695800, 1712195495519695125]
