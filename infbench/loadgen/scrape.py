@@ -38,6 +38,7 @@ def parse_prometheus(text: str) -> list[tuple[str, str, float]]:
     return out
 
 
+HEALTH_METRIC = "infbench:health_status"
 STEP_FIELDS = ("step_id", "start", "end", "prefill_tokens", "decode_seqs", "num_running",
                "num_waiting", "preemptions", "kv_blocks_used", "kv_blocks_total", "fault")
 
@@ -81,8 +82,23 @@ class Scraper:
                         self.errors["metrics"] += 1
             except (TimeoutError, aiohttp.ClientError):
                 self.errors["metrics"] += 1
+        if self.metrics_url and self.metrics_url.endswith("/metrics"):
+            await self._probe_health(self.metrics_url[: -len("/metrics")] + "/health", timeout)
         if self.steps_url:
             await self._scrape_steps(timeout)
+
+    async def _probe_health(self, url: str, timeout: aiohttp.ClientTimeout) -> None:
+        """The liveness answer beside each scrape (`infbench:health_status`: the HTTP status,
+        0 for none): a server whose /health says 200 while its step loop is stuck (vLLM's
+        engine core stopped) is what an orchestrator's liveness probe cannot see."""
+        try:
+            async with self.session.get(url, headers=self.headers, timeout=timeout) as r:
+                status = r.status
+                await r.read()
+        except (TimeoutError, aiohttp.ClientError):
+            status = 0
+        self.on_metrics({"t_ns": [time.monotonic_ns() - self.t0_ns], "source": ["health"],
+                         "name": [HEALTH_METRIC], "labels": [""], "value": [float(status)]})
 
     async def _scrape_steps(self, timeout: aiohttp.ClientTimeout) -> None:
         try:

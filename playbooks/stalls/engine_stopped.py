@@ -101,7 +101,13 @@ SELECT (SELECT max(step_id) FROM steps) AS last_step_id,
        -- growth between scrapes taken after the stop (tokens in flight at the stop, counted
        -- before the first of them, do not show up here)
        (SELECT max(value) - min(value) FROM gen WHERE t_ns > $stop_ns) AS tokens_generated_after_stop,
-       (SELECT max(t_ns) FROM gen WHERE delta > 0) AS generation_last_moved_ns
+       (SELECT max(t_ns) FROM gen WHERE delta > 0) AS generation_last_moved_ns,
+       (SELECT count(*) FROM metric_samples WHERE run_id = $run_id
+          AND name = 'infbench:health_status'
+          AND t_ns > ($stop_ns::BIGINT + $quiet_ns::BIGINT)) AS health_probes_after_stop,
+       (SELECT count(*) FILTER (WHERE value = 200) FROM metric_samples WHERE run_id = $run_id
+          AND name = 'infbench:health_status'
+          AND t_ns > ($stop_ns::BIGINT + $quiet_ns::BIGINT)) AS health_200_after_stop
 """
 
 
@@ -133,7 +139,7 @@ def measure(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, p99_gap_ms:
                            stop_ns=int(values["stop_ns"] or 0), quiet_ns=int(values["quiet_ns"]))
     ecols = ["last_step_id", "last_step_end_ns", "steps_after_stop", "scrapes_after_stop",
              "running_after_stop", "waiting_after_stop", "tokens_generated_after_stop",
-             "generation_last_moved_ns"]
+             "generation_last_moved_ns", "health_probes_after_stop", "health_200_after_stop"]
     return Stop(values, sql, dict(zip(ecols, erow, strict=True)), esql)
 
 
@@ -175,6 +181,11 @@ def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: i
                     "stop that this run never received: either it served other clients "
                     "meanwhile, or the hang is between the step loop and the sockets "
                     "(detokenizer, output queue, HTTP server).")
+    if e["health_probes_after_stop"]:
+        summary += (f" Its /health answered 200 to {e['health_200_after_stop']} of "
+                    f"{e['health_probes_after_stop']} probes after the stop"
+                    + (": a liveness probe on /health did not see this hang."
+                       if e["health_200_after_stop"] else "."))
     evidence = [
         Evidence("stranded_requests", {
             "stopped_at_s": _s(v["stop_ns"]), "stranded": v["stranded"],
@@ -192,7 +203,9 @@ def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: i
             "max_running_after_stop": e["running_after_stop"],
             "max_waiting_after_stop": e["waiting_after_stop"],
             "tokens_generated_after_stop": e["tokens_generated_after_stop"],
-            "confirmed_by_engine_counters": stop.confirmed_by_engine}, stop.engine_sql,
+            "confirmed_by_engine_counters": stop.confirmed_by_engine,
+            "health_probes_after_stop": e["health_probes_after_stop"],
+            "health_200_after_stop": e["health_200_after_stop"]}, stop.engine_sql,
             "the engine's own view: its step log and /metrics scrapes after the stop"),
     ]
     return Finding(
