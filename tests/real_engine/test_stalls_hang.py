@@ -1,0 +1,131 @@
+"""`diagnose stalls` on a real vLLM whose engine core the test pauses from outside (SIGSTOP,
+then SIGCONT: a real host stall) at periods and lengths no other test uses, beside a CPU-busy
+neighbour that adds irregular pauses of its own; a healthy run (nothing above `info`); and the
+engine core frozen for good (`infbench run` exits 1, `engine_stopped`, and the finding says
+vLLM's /health kept answering 200)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.real_engine.conftest import infbench
+from tests.real_engine.host_stalls import PeriodicPauser
+from tools.real_vllm.server import VllmServer
+
+STALL_VERDICTS = {"periodic_engine_stall", "engine_wide_stall", "preemption_stall", "private_stall"}
+SEVERITY = {"info": 0, "warning": 1, "critical": 2}
+
+
+@pytest.fixture
+def busy_neighbour() -> Iterator[None]:
+    """A process spinning on the CPU for the whole test, as a CI neighbour does."""
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _record(srv: VllmServer, db: Path, *args: str, expect_rc: int = 0) -> None:
+    r = infbench("run", "--url", srv.url, "--db", str(db), "--quiet", "--scrape-interval", "0.5",
+                 *args, timeout=400)
+    assert r.returncode == expect_rc, f"{r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+
+
+def _diagnose(db: Path) -> dict:
+    r = infbench("diagnose", "stalls", "last", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def _evidence(f: dict, name: str) -> dict:
+    return next(e["values"] for e in f["evidence"] if e["name"] == name)
+
+
+# Periods and pause lengths in seconds, each used by no other test (the bundled engine's use
+# 0.45, 0.7 and 1.1 s timers): the run lasts about 14 periods.
+@pytest.mark.parametrize("period_s,pause_s", [(1.3, 0.12), (2.35, 0.22)])
+def test_periodic_host_stalls_are_named_with_their_period(
+        vllm: VllmServer, tmp_path: Path, busy_neighbour: None, period_s: float,
+        pause_s: float) -> None:
+    db = tmp_path / "p.duckdb"
+    with PeriodicPauser(vllm.engine_core_pid(), period_s, pause_s) as pauser:
+        _record(vllm, db, "--arrival", "poisson", "--rate", "5", "--duration",
+                f"{14 * period_s:.1f}", "--input-tokens", "uniform:64:512", "--output-tokens",
+                "uniform:48:160", "--seed", str(int(period_s * 100)))
+    assert len(pauser.pauses) >= 12
+    doc = _diagnose(db)
+    text = json.dumps(doc)[:6000]
+    periodic = [f for f in doc["findings"] if f["verdict"] == "periodic_engine_stall"]
+    assert periodic, text
+    f = periodic[0]
+    assert SEVERITY[f["severity"]] >= SEVERITY["warning"], text
+    per = _evidence(f, "period_seconds")
+    assert per["significant"] and abs(per["period"] - period_s) <= 0.02 * period_s, per
+    assert per["events_on_period"] >= 0.6 * len(pauser.pauses), (per, len(pauser.pauses))
+
+
+def test_a_healthy_run_has_nothing_above_info(vllm: VllmServer, tmp_path: Path) -> None:
+    db = tmp_path / "h.duckdb"
+    _record(vllm, db, "--arrival", "poisson", "--rate", "4", "--duration", "15",
+            "--input-tokens", "uniform:64:384", "--output-tokens", "uniform:32:128", "--seed", "12")
+    doc = _diagnose(db)
+    above = [f for f in doc["findings"] if SEVERITY[f["severity"]] > SEVERITY["info"]]
+    assert not above, json.dumps(above)[:4000]
+
+
+def _health(srv: VllmServer) -> int:
+    try:
+        with urllib.request.urlopen(srv.url + "/health", timeout=5) as r:
+            return r.status
+    except OSError:
+        return 0
+
+
+def test_engine_core_frozen_is_engine_stopped_while_health_says_200(
+        vllm: VllmServer, tmp_path: Path) -> None:
+    db = tmp_path / "f.duckdb"
+    pid = vllm.engine_core_pid()
+    seen: list[int] = []
+
+    def freeze() -> None:
+        time.sleep(4.0)
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        seen.append(_health(vllm))
+
+    t = threading.Thread(target=freeze, daemon=True)
+    t.start()
+    try:
+        # 5 s without an answer times a request out; the engine stays frozen until the run ends
+        _record(vllm, db, "--arrival", "closed", "--concurrency", "4", "--num-requests", "60",
+                "--input-tokens", "200", "--output-tokens", "96", "--timeout", "5",
+                expect_rc=1)
+    finally:
+        t.join(timeout=10)
+        os.kill(pid, signal.SIGCONT)
+    assert seen == [200]  # vLLM's liveness endpoint does not see a stopped engine core
+    doc = _diagnose(db)
+    f = doc["findings"][0]
+    assert f["verdict"] == "engine_stopped" and f["severity"] == "critical", json.dumps(doc)[:4000]
+    engine = _evidence(f, "engine_after_stop")
+    assert engine["health_probes_after_stop"] >= 2
+    assert engine["health_200_after_stop"] == engine["health_probes_after_stop"]
+    assert "/health answered 200" in f["summary"]
+    # no next step that needs data this run cannot have (it has no step log)
+    assert not any("step log" in a for a in f["next_actions"]), f["next_actions"]
+    # the server serves again once resumed
+    _record(vllm, tmp_path / "after.duckdb", "--num-requests", "4", "--concurrency", "2",
+            "--input-tokens", "64", "--output-tokens", "8")
