@@ -293,11 +293,28 @@ def ttft_finding(split: TtftSplit) -> Finding | None:
     client, engine = v.get("client_ttft_ms"), v.get("engine_ttft_ms")
     if client is None or engine is None or not (client >= 2 * engine and client - engine >= 50):
         return None
+    outside = client - engine
+    lag = v.get("client_loop_lag_p50_ms") or 0.0
+    evidence = [Evidence("ttft_split", {k: _r(x) for k, x in v.items()}, split.sql)]
+    if v.get("client_bound") or lag >= 0.5 * outside:
+        # The load generator itself ran late: its own delay sits between the engine and the
+        # stamps, so this run cannot say how much of the gap is network, proxy or frontend.
+        return Finding(
+            "ttft_outside_engine", "TTFT outside the engine: cannot tell (client-bound run)",
+            0.4, "info",
+            f"Client TTFT {client:.0f} ms is {client / max(engine, 1e-9):.1f}x the engine's own "
+            f"{engine:.0f} ms, but the load generator was late itself (event-loop lag p50 "
+            f"{lag:.0f} ms{', run marked client-bound' if v.get('client_bound') else ''}): the "
+            f"{outside:.0f} ms outside the engine cannot be split between the client, the "
+            "network and the server's front end from this run.",
+            evidence,
+            ["rerun from a host (or with --workers) where the client keeps up: client_samples."
+             "loop_lag_ms should stay in single milliseconds",
+             "then compare to_headers_ms with the engine queue time: proxies buffering SSE?"])
     return Finding("ttft_outside_engine", "TTFT spent outside the engine", 0.7, "warning",
                    f"Client TTFT {client:.0f} ms is {client / max(engine, 1e-9):.1f}x the engine's "
-                   f"own {engine:.0f} ms: {client - engine:.0f} ms go to network, proxies, "
-                   "first-byte and detokenizer hold-back.",
-                   [Evidence("ttft_split", {k: _r(x) for k, x in v.items()}, split.sql)],
+                   f"own {engine:.0f} ms: {outside:.0f} ms go to network, proxies, "
+                   "first-byte and detokenizer hold-back.", evidence,
                    ["compare to_headers_ms with the engine queue time: proxies buffering SSE?",
                     "check the client host: event-loop lag in client_samples"])
 

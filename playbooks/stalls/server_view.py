@@ -33,7 +33,11 @@ SELECT
   1e3 * (SELECT delta FROM m WHERE name = 'vllm:request_queue_time_seconds_sum')
       / nullif((SELECT delta FROM m WHERE name = 'vllm:request_queue_time_seconds_count'), 0)
       AS engine_queue_ms,
-  (SELECT delta FROM m WHERE name = 'vllm:time_to_first_token_seconds_count') AS engine_requests
+  (SELECT delta FROM m WHERE name = 'vllm:time_to_first_token_seconds_count') AS engine_requests,
+  -- the load generator's own delay: a client that could not run on time stamps every
+  -- chunk late, and that delay is outside the engine too
+  (SELECT median(loop_lag_ms) FROM client_samples WHERE run_id = $run_id) AS client_loop_lag_p50_ms,
+  (SELECT client_bound FROM runs WHERE run_id = $run_id) AS client_bound
 """
 
 DECODE_STEP_SQL = """
@@ -87,7 +91,7 @@ class DecodeVsRoofline:
 def ttft_split(con: duckdb.DuckDBPyConnection, run_id: str) -> TtftSplit:
     sql, row = fetch_one(con, TTFT_SPLIT_SQL, run_id=run_id)
     cols = ["client_ttft_ms", "to_headers_ms", "first_chunk_to_content_ms", "engine_ttft_ms",
-            "engine_queue_ms", "engine_requests"]
+            "engine_queue_ms", "engine_requests", "client_loop_lag_p50_ms", "client_bound"]
     values = dict(zip(cols, row, strict=True))
     if values["engine_ttft_ms"] is not None and values["client_ttft_ms"] is not None:
         q = values["engine_queue_ms"]
