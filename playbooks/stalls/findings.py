@@ -158,7 +158,10 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, gaps: GapIndex, per: Period
     actions = [f"check first: {x.check}" for x in ranked[:1] + [
         x for x in ranked[1:] if x.score >= RANK_TIE * ranked[0].score]] + [
         "take py-spy dump --native of the engine process during a pause (the step loop's stack)",
-        "compare with the step log: the long steps carry no prefill, so the time is host-side",
+        "compare with the step log: the long steps carry no prefill, so the time is host-side"
+        if has_steps else
+        "this run has no step log (the engine exports none): a profiler trace of the engine "
+        "during the stalls (`infbench trace import`) tells a long step from a host-side pause",
     ]
     return Finding("periodic_engine_stall" if periodic else "engine_wide_stall",
                    "Periodic engine-wide stall" if periodic else "Engine-wide stall",

@@ -45,6 +45,17 @@ def test_client_timeline_alone_still_separates_engine_wide_from_private(tmp_path
     assert not diag.data_sources["engine_steps"]
     assert {"periodic_engine_stall", "private_stall"} <= set(diag.verdicts())
     assert any("No engine step log" in n for n in diag.notes)
+    # next steps name only data this run could have had: no step log to compare with
+    for f in diag.findings:
+        assert not any("compare with the step log" in a for a in f.next_actions), f.next_actions
+    wide = next(f for f in diag.findings if f.verdict == "periodic_engine_stall")
+    assert any("profiler trace" in a for a in wide.next_actions)
+
+
+def test_a_run_with_a_step_log_is_pointed_at_it(tmp_path: Path) -> None:
+    diag = _diag(tmp_path, requests=24, concurrency=8, tokens=120, stall_every=35, stall_ms=180)
+    wide = next(f for f in diag.findings if f.verdict == "periodic_engine_stall")
+    assert any("compare with the step log" in a for a in wide.next_actions)
 
 
 def test_diagnosis_round_trips_through_json(tmp_path: Path) -> None:
