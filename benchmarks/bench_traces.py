@@ -19,6 +19,11 @@ holistictraceanalysis==0.5.0 && /tmp/venv-hta/bin/pip install pandas numpy plotl
 psutil pyyaml pydot`, then `python benchmarks/bench_traces.py --hta-python
 /tmp/venv-hta/bin/python` (about 10 minutes on 2 CPUs, most of it HTA on the 1M trace).
 Results go to benchmarks/results/traces.md.
+
+Whole process (`--whole-only` runs just this part and rewrites just its section): what a
+user waits for, start-up and imports included. `infbench trace analyze DIR` (the console
+script, tables to a pipe) against a fresh `python -c` that imports hta, loads DIR with
+TraceAnalysis and runs the same analyses; wall and CPU time of each process from outside.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import re
 import shutil
 import statistics
@@ -45,7 +51,10 @@ TRACES = {
     "nccl2": [FIX / "hta_nccl_2ranks_a100.json.gz"],
     "alexnet": [FIX / "hta_alexnet_a100.json.gz"],
     "filter2rank": sorted((FIX / "sampled_2ranks").glob("*.json.gz")),
+    # a third party's epoch-microsecond trace with sub-microsecond digits (HTA's ns_resolution)
+    "ns_resolution": [FIX / "hta_ns_resolution_resnet_v100.json.gz"],
 }
+WHOLE_HEADING = "## Whole process: `infbench trace analyze DIR` vs HTA"
 
 # Every child reports its process's peak resident memory (VmHWM) the same way.
 PEAK_MB = r"""
@@ -208,47 +217,117 @@ def agree(hta: dict, mine: dict) -> tuple[bool, str]:
     return not bad, "; ".join(bad[:3])
 
 
+def _trace_dir(work: Path, name: str, files: list[Path]) -> Path:
+    d = work / re.sub(r"\W+", "_", name)
+    d.mkdir(exist_ok=True)
+    for f in files:
+        if not (d / f.name).exists():
+            shutil.copy(f, d / f.name)
+    return d
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s of the process and its children) of one fresh process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read() if p.stderr else b""
+    if status != 0:
+        raise RuntimeError(f"{argv[:4]} failed:\n{err.decode()[-3000:]}")
+    return wall, ru.ru_utime + ru.ru_stime
+
+
+def whole_section(hta_python: str, hta_version: str, work: Path, repeats: int) -> list[str]:
+    script = Path(sys.executable).parent / "infbench"
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "infbench.cli"]
+    rows = []
+    for name, files in TRACES.items():
+        d = _trace_dir(work, name, files)
+        hta, mine = [], []
+        for i in range(repeats):
+            # Interleaved, so a slow spell on the shared machine hits both alike.
+            hta.append(timed([hta_python, "-c", HTA_CHILD, str(d)]))
+            mine.append(timed([*cli, "trace", "analyze", str(d)]))
+            print(f"whole {name} #{i + 1}: HTA {hta[-1][0]:.2f} s, infbench {mine[-1][0]:.2f} s",
+                  flush=True)
+        out = subprocess.run([*cli, "trace", "analyze", str(d), "--json"], capture_output=True,
+                             text=True, check=True, cwd=ROOT).stdout
+        ok, why = agree(run([hta_python, "-c", HTA_CHILD, str(d)], 600), json.loads(out))
+        med = [tuple(statistics.median(r[k] for r in runs) for k in (0, 1)) for runs in (hta, mine)]
+        rows.append((name, med, "yes" if ok else f"NO: {why}"))
+    lines = [
+        WHOLE_HEADING, "",
+        f"Command: `python benchmarks/bench_traces.py --hta-python ... [--whole-only]` · "
+        f"{time.strftime('%Y-%m-%d %H:%M')}",
+        f"Machine: {describe(f'holistictraceanalysis {hta_version}')}",
+        f"Each figure is the median of {repeats} fresh processes per tool, the two interleaved, "
+        "timed from outside (wall; CPU = user + system of the process). HTA: `python -c` that "
+        "imports hta, loads the directory with `TraceAnalysis` and runs the four analyses above. "
+        f"infbench: `{' '.join(Path(c).name for c in cli)} trace analyze DIR`, the six in-memory "
+        "analyses printed as tables to a pipe. Same numbers: `--json` of the same command "
+        "against HTA's, as above.", "",
+        "| trace | HTA s | HTA CPU s | infbench s | infbench CPU s | speed-up | speed-up (CPU) "
+        "| same numbers |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, ((hw, hc), (mw, mc)), same in rows:
+        lines.append(f"| {name} | {hw:.2f} | {hc:.2f} | {mw:.3f} | {mc:.3f} | **{hw / mw:.1f}x** | "
+                     f"{hc / mc:.1f}x | {same} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hta-python", required=True, help="python of an environment with HTA 0.5.0")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--copies", type=int, default=25, help="replicas of the NCCL trace (25: ~1M events)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--whole-only", action="store_true",
+                    help="only the whole-process comparison; the file's other section is kept")
+    ap.add_argument("--whole-repeats", type=int, default=7)
     args = ap.parse_args()
     hta_version = subprocess.run([args.hta_python, "-c", "import importlib.metadata as m; "
                                   "print(m.version('holistictraceanalysis'))"],
                                  capture_output=True, text=True).stdout.strip()
-    rows = []
     with tempfile.TemporaryDirectory(prefix="bench-traces-") as tmp:
-        work = Path(tmp)
-        big = work / "nccl2_x.json.gz"
-        n = replicate(TRACES["nccl2"][0], big, args.copies)
-        traces = {**TRACES, f"nccl2 x{args.copies} ({n:,} events)": [big]}
-        for name, files in traces.items():
-            d = work / re.sub(r"\W+", "_", name)
-            d.mkdir()
-            for f in files:
-                shutil.copy(f, d / f.name)
-            src = str(d if len(files) > 1 else d / files[0].name)
-            hta, frame, mine = [], [], []
-            for i in range(args.repeats):
-                # Interleaved, so a slow spell on the shared machine hits all three alike.
-                hta.append(run([args.hta_python, "-c", HTA_CHILD, str(d)], 3600))
-                frame.append(run([sys.executable, "-c", FRAME_CHILD, src], 600))
-                store = work / f"s{i}.duckdb"
-                _new_store(store)
-                mine.append(run([sys.executable, "-c", INFBENCH_CHILD, src, str(store)], 600))
-                store.unlink()
-                print(f"{name} #{i + 1}: HTA {hta[-1]['load_s'] + hta[-1]['analyses_s']:.2f} s, "
-                      f"infbench in memory {frame[-1]['load_s'] + frame[-1]['analyses_s']:.2f} s, "
-                      f"via store {mine[-1]['load_s'] + mine[-1]['analyses_s']:.2f} s", flush=True)
-            ok_f, why_f = agree(hta[0], frame[0])
-            ok_s, why_s = agree(hta[0], mine[0])
-            med = {k: {f: statistics.median(r[f] for r in runs) for f in
-                       ("load_s", "analyses_s", "peak_mb", "import_s", "open_s", "plan_s")
-                       if f in runs[0]}
-                   for k, runs in (("hta", hta), ("frame", frame), ("mine", mine))}
-            rows.append((name, mine[0]["events"], med, (ok_f, why_f), (ok_s, why_s)))
+        whole = whole_section(args.hta_python, hta_version, Path(tmp), args.whole_repeats)
+        if args.whole_only and args.out.exists():
+            head = args.out.read_text().split(WHOLE_HEADING)[0].rstrip("\n").split("\n")
+        else:
+            head = loads_section(args, hta_version, Path(tmp))
+    text = "\n".join([*head, "", *whole]) + "\n"
+    args.out.write_text(text)
+    print(text)
+
+
+def loads_section(args: argparse.Namespace, hta_version: str, work: Path) -> list[str]:
+    rows = []
+    big = work / "nccl2_x.json.gz"
+    n = replicate(TRACES["nccl2"][0], big, args.copies)
+    traces = {**TRACES, f"nccl2 x{args.copies} ({n:,} events)": [big]}
+    for name, files in traces.items():
+        d = _trace_dir(work, name, files)
+        src = str(d if len(files) > 1 else d / files[0].name)
+        hta, frame, mine = [], [], []
+        for i in range(args.repeats):
+            # Interleaved, so a slow spell on the shared machine hits all three alike.
+            hta.append(run([args.hta_python, "-c", HTA_CHILD, str(d)], 3600))
+            frame.append(run([sys.executable, "-c", FRAME_CHILD, src], 600))
+            store = work / f"s{i}.duckdb"
+            _new_store(store)
+            mine.append(run([sys.executable, "-c", INFBENCH_CHILD, src, str(store)], 600))
+            store.unlink()
+            print(f"{name} #{i + 1}: HTA {hta[-1]['load_s'] + hta[-1]['analyses_s']:.2f} s, "
+                  f"infbench in memory {frame[-1]['load_s'] + frame[-1]['analyses_s']:.2f} s, "
+                  f"via store {mine[-1]['load_s'] + mine[-1]['analyses_s']:.2f} s", flush=True)
+        ok_f, why_f = agree(hta[0], frame[0])
+        ok_s, why_s = agree(hta[0], mine[0])
+        med = {k: {f: statistics.median(r[f] for r in runs) for f in
+                   ("load_s", "analyses_s", "peak_mb", "import_s", "open_s", "plan_s")
+                   if f in runs[0]}
+               for k, runs in (("hta", hta), ("frame", frame), ("mine", mine))}
+        rows.append((name, mine[0]["events"], med, (ok_f, why_f), (ok_s, why_s)))
     lines = [
         "# Trace import + timeline analysis: infbench vs Holistic Trace Analysis",
         "",
@@ -290,8 +369,7 @@ def main() -> None:
         "after the timed part). Those are fixed per command whatever the trace's size, which is "
         "why the store path is slower than the in-memory one on small traces.",
     ]
-    args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":
