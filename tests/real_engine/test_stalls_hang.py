@@ -28,9 +28,15 @@ SEVERITY = {"info": 0, "warning": 1, "critical": 2}
 
 
 @pytest.fixture
-def busy_neighbour() -> Iterator[None]:
-    """A process spinning on the CPU for the whole test, as a CI neighbour does."""
-    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+def busy_neighbour(vllm: VllmServer) -> Iterator[None]:
+    """A process spinning for the whole test on the CPU of vLLM's forward pass: its CPU build
+    binds the `VLLM::Worker` to one CPU and leaves the other to the API server (and here the
+    client), so the neighbour preempts the engine at random, the irregular pauses a busy host
+    adds. On the client's CPU it would starve the observer instead, whose own lateness the
+    playbook sets apart rather than diagnoses."""
+    cpus = os.sched_getaffinity(vllm.worker_pid())
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                         preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     try:
         yield
     finally:
