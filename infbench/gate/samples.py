@@ -69,6 +69,14 @@ class RunSamples:
 _GOOD = "r.phase = 'measure' AND r.error_class IS NULL"
 
 
+def _floats(column: object) -> np.ndarray:
+    """A fetched column as floats, NULL as NaN: DuckDB hands NULLs back masked, and a plain
+    `np.asarray` reads them as 0 (a request whose stream carried no text, as a random-weight
+    model's can, had a TTFT of 0 ms, and two identical runs through the default gate came out
+    inconclusive for "non-positive values")."""
+    return np.ma.filled(np.ma.asarray(column).astype(float), np.nan)
+
+
 def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> RunSamples:
     rid = run.run_id
     lat = con.execute(
@@ -84,14 +92,14 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
     idx = np.asarray(lat["request_idx"], dtype=np.int64)
     per_request = {}
     for name, col in REQUEST_METRICS.items():
-        per_request[name] = np.asarray(lat[col], dtype=float)
+        per_request[name] = _floats(lat[col])
     gaps = con.execute(
         f"""SELECT i.request_idx, i.itl_ms FROM itl i JOIN requests r USING (run_id, request_idx)
             WHERE i.run_id = ? AND {_GOOD} AND i.itl_ms IS NOT NULL""",
         [rid],
     ).fetchnumpy()
     owner = np.searchsorted(idx, np.asarray(gaps["request_idx"], dtype=np.int64))
-    itl = Gaps(np.asarray(gaps["itl_ms"], dtype=float), owner.astype(np.int64))
+    itl = Gaps(_floats(gaps["itl_ms"]), owner.astype(np.int64))
     steps = con.execute(
         "SELECT (end_s - start_s) * 1e3 AS ms FROM engine_steps WHERE run_id = ? "
         "AND prefill_tokens = 0 AND decode_seqs > 0 ORDER BY step_id",
@@ -105,9 +113,9 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
     fingerprint = con.execute("SELECT workload_fingerprint FROM runs WHERE run_id = ?", [rid]).fetchone()
     return RunSamples(
         run=run, source=source, per_request=per_request, itl=itl,
-        step_ms=np.asarray(steps["ms"], dtype=float),
-        send_s=np.asarray(lat["send_s"], dtype=float),
-        done_s=np.asarray(lat["done_s"], dtype=float),
+        step_ms=_floats(steps["ms"]),
+        send_s=_floats(lat["send_s"]),
+        done_s=_floats(lat["done_s"]),
         output_tokens=np.asarray(lat["out_tok"], dtype=float),
         prompt_tokens=np.asarray(lat["in_tok"], dtype=float),
         window_s=(lo, hi),
