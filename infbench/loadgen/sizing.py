@@ -30,6 +30,8 @@ from infbench.loadgen.workloads.base import RequestSpec
 from infbench.loadgen.workloads.prompts import TokenModel
 
 ROUNDS = 6  # counts per prompt at most: an additive tokenizer lands in one or two
+NUDGES = 4  # counts after them, adding or dropping whole words at the end
+FILLER = "the"  # one token in every vocabulary seen (BPE, SentencePiece, bytes: 1 + 3)
 
 CountFn = Callable[[RequestSpec], Awaitable["int | None"]]
 
@@ -134,7 +136,36 @@ class Sizer:
             goal = (lo + hi) / 2 if lo is not None and hi is not None else goal - err
             self._refit(spec, goal)
         if best is not None:
-            if best[0] != 0:
-                self.stats.off_target += 1
             _set_text(spec, best[1])
             spec.fill = best[2]
+            if best[0] != 0 and not await self._nudge(spec, best[0]):
+                self.stats.off_target += 1
+
+    async def _nudge(self, spec: RequestSpec, err: int) -> bool:
+        """The last resort, for a tokenizer whose counts no word mix of the model follows
+        exactly (a small BPE vocabulary: 3 prompts in 24 stayed a token off after every
+        round): whole words at the end of the fill, a short common word added per missing
+        token, the last word dropped while over. The closest text is kept."""
+        assert self.count is not None and spec.fill is not None
+        best = (err, _text(spec), spec.fill)
+        for _ in range(NUDGES):
+            a, b = spec.fill
+            text = _text(spec)
+            words = text[a:b].split()
+            per = max(1, round(self.model.word_cost(FILLER)))
+            words = words + [FILLER] * -(err // per) if err < 0 else words[:-1] or [FILLER]
+            body = " ".join(words)
+            _set_text(spec, text[:a] + body + text[b:])
+            spec.fill = (a, a + len(body))
+            self.stats.counted += 1
+            n = await self.count(spec)
+            if n is None:
+                break
+            err = n - (spec.target_input_tokens or 0)
+            if abs(err) < abs(best[0]):
+                best = (err, _text(spec), spec.fill)
+            if err == 0:
+                return True
+        _set_text(spec, best[1])
+        spec.fill = best[2]
+        return best[0] == 0
