@@ -13,7 +13,11 @@ import typer
 from infbench import __version__
 from infbench.exit_codes import SUMMARY as EXIT_CODES
 from infbench.exit_codes import error_boundary
-from infbench.lazy_commands import Lazy, lazy_group
+from infbench.lazy_commands import Lazy, lazy_group, plain_coercion
+
+# str/int/float/bool/Path parameters converted without pydantic (typer would import it, 0.1 s,
+# for every command, even for an unset --help): same values and errors, see lazy_commands.py.
+plain_coercion()
 
 _C = "infbench.commands"
 COMMANDS = [
@@ -76,8 +80,7 @@ def version() -> None:
 
 
 def main() -> None:
-    # typer builds a pydantic validator for any option it parses (even --help's), 150 ms that
-    # `infbench version` in a CI log has no use for.
+    # `infbench version` in a CI log answers without building the command group at all.
     if sys.argv[1:] == ["version"]:
         sys.stdout.write(f"{__version__}\n")
         return
