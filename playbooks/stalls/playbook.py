@@ -133,8 +133,7 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
                                                  ctx.has_steps))
     private = np.flatnonzero((ev.kind == "private") & (ev.cause != "client_pause"))
     if len(private):
-        diag.findings.append(private_finding(con, ctx, ev, private, gaps.tail(private), cross,
-                                             base.median_ms))
+        diag.findings.append(private_finding(con, ctx, ev, private, gaps.tail(private), cross))
     pre = np.flatnonzero(ev.cause == "prefill")
     return len(pre), (gaps.tail(pre) if len(pre) else None)
 
