@@ -126,8 +126,8 @@ def lazy_group(commands: list[Lazy]) -> type[TyperGroup]:
 # a bytes value) is handed to typer's own pydantic coercion, built then, so every result and
 # every error message stays typer's. Any other annotation gets typer's coercion unchanged.
 
-_INT = re.compile(r"[+-]?[0-9]+")
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INT = r"[+-]?[0-9]+"  # compiled when a number is first converted (re caches it)
+_FLOAT = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 
 
 class _Defer(Exception):
@@ -167,7 +167,7 @@ def _plain_leaf(annotation: Any, info: Any) -> Callable[[Any, Any, Any], Any] | 
                 return value
             if annotation is float and type(value) is int:
                 return float(value)
-            if type(value) is str and pattern.fullmatch(value):
+            if type(value) is str and re.fullmatch(pattern, value):
                 return annotation(value)
             raise _Defer
         return to_number
