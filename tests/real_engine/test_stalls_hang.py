@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from tests.real_engine.conftest import infbench
@@ -128,7 +129,13 @@ def test_engine_core_frozen_is_engine_stopped_while_health_says_200(
     assert f["verdict"] == "engine_stopped" and f["severity"] == "critical", json.dumps(doc)[:4000]
     engine = _evidence(f, "engine_after_stop")
     assert engine["health_probes_after_stop"] >= 2
-    assert engine["health_200_after_stop"] == engine["health_probes_after_stop"]
+    # every probe that got an answer got 200 (on a loaded host one may time out: status 0)
+    con = duckdb.connect(str(db), read_only=True)
+    statuses = {r[0] for r in con.execute("SELECT DISTINCT value FROM metric_samples "
+                                          "WHERE name = 'infbench:health_status'").fetchall()}
+    con.close()
+    assert statuses <= {200.0, 0.0}, statuses
+    assert engine["health_200_after_stop"] >= 0.9 * engine["health_probes_after_stop"], engine
     assert "/health answered 200" in f["summary"]
     # no next step that needs data this run cannot have (it has no step log)
     assert not any("step log" in a for a in f["next_actions"]), f["next_actions"]
