@@ -214,17 +214,8 @@ def test_a_vocabulary_that_splits_some_bare_first_words_is_not_taken_as_exact(
     model = _calibrate(count, "completions", tokenize=True)
     assert not model.exact
 
-    async def counted(spec: RequestSpec) -> int | None:
-        return count("completions", spec.prompt)
-
-    sizer = Sizer(model, counted)
     rng = np.random.default_rng(len(bare_split))
-    for target in rng.integers(8, 1500, 150).tolist():
-        text = model.text_for(rng, target)
-        spec = RequestSpec("x", 4, prompt=text, target_input_tokens=target, fill=(0, len(text)))
-        asyncio.run(sizer.size(spec))
-        assert count("completions", spec.prompt) == target
-    assert sizer.stats.off_target == 0
+    _every_prompt_lands(model, count, rng, rng.integers(8, 1500, 150).tolist())
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -245,11 +236,18 @@ def test_a_vocabulary_no_word_mix_follows_still_lands_every_prompt(seed: int) ->
     model = _calibrate(count, "completions", tokenize=True)
     assert not model.exact
 
+    _every_prompt_lands(model, count, rng, rng.integers(20, 2500, 120).tolist())
+
+
+def _every_prompt_lands(model: TokenModel, count: Callable[[str, Any], int],
+                        rng: np.random.Generator, targets: list[int]) -> None:
+    """Size each target through the sizer, counting with `count` as the target's /tokenize
+    would: every completions prompt must come out at exactly its target."""
     async def counted(spec: RequestSpec) -> int | None:
         return count("completions", spec.prompt)
 
     sizer = Sizer(model, counted)
-    for target in rng.integers(20, 2500, 120).tolist():
+    for target in targets:
         text = model.text_for(rng, target)
         spec = RequestSpec("x", 4, prompt=text, target_input_tokens=target, fill=(0, len(text)))
         asyncio.run(sizer.size(spec))
