@@ -29,7 +29,7 @@ from infbench.gate.report import (
 from infbench.gate.rules import INCONCLUSIVE as INCONCLUSIVE_CHOICES
 from infbench.gate.rules_file import write_run_noise
 from infbench.gate.samples import open_samples
-from infbench.gate.verdict import run_gate
+from infbench.gate.verdict import run_gate_runs
 from infbench.store import StoreError
 
 app = typer.Typer(help="Statistical performance gates: pass, fail or inconclusive, with intervals. Runs that "
@@ -50,8 +50,8 @@ def _fail(message: str) -> typer.Exit:
 @app.callback()
 def gate(
     ctx: typer.Context,
-    baseline: str | None = typer.Option(None, help="Baseline: run id/prefix/'last' in --db, or a store FILE\\[@RUN]."),
-    candidate: str | None = typer.Option(None, help="Candidate: run id/prefix/'last' in --db, or a store FILE\\[@RUN]."),
+    baseline: list[str] = typer.Option([], help="Baseline: run id/prefix/'last' in --db, or a store FILE\\[@RUN]. Repeat for several runs of the baseline: judged on the runs' own spread."),
+    candidate: list[str] = typer.Option([], help="Candidate: run id/prefix/'last' in --db, or a store FILE\\[@RUN]. Repeatable, as --baseline."),
     rules: Path | None = typer.Option(None, help="gates.toml (default: built-in rules for TTFT, TPOT, E2E, throughput)."),
     db: Path = DB_OPTION,
     inconclusive: str | None = typer.Option(None, help="pass | fail: exit code of an inconclusive verdict (default: the rules file's, else fail)."),
@@ -63,12 +63,15 @@ def gate(
     """Compare a candidate run with a baseline, rule by rule, with confidence intervals.
 
     Runs that sent the same requests (same workload fingerprint) are compared request by
-    request; others are compared unpaired, with a warning."""
+    request; others are compared unpaired, with a warning. With several runs on a side
+    (three or more in all), each run is one observation and the interval comes from the
+    runs' own spread (Student t): what a shared host needs, where the same build drifts
+    from run to run."""
     if ctx.invoked_subcommand is not None:
         return
     try:
-        if baseline is None or candidate is None:
-            raise ValueError(f"{'baseline' if baseline is None else 'candidate'}: required (--baseline RUN --candidate RUN)")
+        if not baseline or not candidate:
+            raise ValueError(f"{'candidate' if baseline else 'baseline'}: required (--baseline RUN --candidate RUN)")
         if inconclusive is not None and inconclusive not in INCONCLUSIVE_CHOICES:
             raise ValueError(f"inconclusive: {inconclusive!r} is not pass or fail")
         ruleset = load_rules(rules)
@@ -76,14 +79,16 @@ def gate(
             ruleset = dataclasses.replace(ruleset, settings=dataclasses.replace(ruleset.settings,
                                                                                 inconclusive=inconclusive))
         settings = ruleset.settings
-        base, cand = open_samples(baseline, db), open_samples(candidate, db)
-        outcome = run_gate(base, cand, ruleset, allow_different_workloads=allow_different_workloads)
+        bases, cands = [open_samples(b, db) for b in baseline], [open_samples(c, db) for c in candidate]
+        outcome = run_gate_runs(bases, cands, ruleset, allow_different_workloads=allow_different_workloads)
     except (ValueError, StoreError) as exc:
         raise _fail(str(exc)) from None
     results = outcome.results
     doc = gate_document(outcome.verdict, results, {
-        "baseline": base.run.run_id, "candidate": cand.run.run_id,
-        "baseline_requests": base.n_requests, "candidate_requests": cand.n_requests,
+        "baseline": ", ".join(s.run.run_id for s in bases), "candidate": ", ".join(s.run.run_id for s in cands),
+        "baseline_runs": [s.run.run_id for s in bases], "candidate_runs": [s.run.run_id for s in cands],
+        "baseline_requests": sum(s.n_requests for s in bases),
+        "candidate_requests": sum(s.n_requests for s in cands),
         "paired": outcome.paired, "paired_requests": outcome.paired_requests,
         "confidence": settings.confidence, "run_noise": settings.run_noise,
         "inconclusive_counts_as": settings.inconclusive, "warnings": outcome.warnings})
@@ -114,6 +119,9 @@ def _print_table(doc: dict, results: list[RuleResult]) -> None:
     for r in results:
         if r.verdict != PASS:
             console.print(f"  {r.rule}: {r.reason}", highlight=False, markup=False)
+    spreads = [f"{r.rule} {r.run_spread:.1%}" for r in results if r.run_spread is not None]
+    if spreads:
+        console.print(f"  the runs' own spread per run: {', '.join(spreads)}", highlight=False, markup=False)
     for w in doc["warnings"]:
         print_warning(w, console)
     console.print(f"verdict: [{_STYLE[doc['verdict']]}]{doc['verdict'].upper()}[/]")

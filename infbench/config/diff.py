@@ -25,7 +25,8 @@ from infbench.config.impact import Workload, price
 # Names of what is served, not how: shown apart, never ranked as a cause.
 IDENTITY = {"model", "served_model_name", "tokenizer", "model_tag", "download_dir", "revision",
             "tokenizer_revision", "code_revision", "chat_template"}
-# Settings with no effect on serving speed: ranked last whatever changed.
+# Settings with no effect on serving speed (where it listens, what it logs, secrets): shown
+# apart, never ranked, whatever changed; two servers on one host always differ in `port`.
 INERT = {"host", "port", "seed", "uvicorn_log_level", "log_level", "log_level_http",
          "disable_log_stats", "disable_uvicorn_access_log", "root_path", "allowed_origins",
          "allowed_methods", "allowed_headers", "allow_credentials", "ssl_keyfile", "ssl_certfile",
@@ -82,6 +83,7 @@ class DiffResult:
     differences: list[Difference]
     identity: list[Difference]
     same: int
+    inert: list[Difference] = field(default_factory=list)  # no effect on speed: never ranked
     gaps: list[Gap] = field(default_factory=list)  # shown by one side only: never ranked
     finality: list[Finality] = field(default_factory=list)  # printed vs resolved across sides
     superseded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # within one side
@@ -94,6 +96,7 @@ class DiffResult:
         return {"a": self.a, "b": self.b, "workload": asdict(self.workload), "same": self.same,
                 "differences": [d.as_dict() for d in self.differences],
                 "identity": [d.as_dict() for d in self.identity],
+                "inert": [d.as_dict() for d in self.inert],
                 "only_a": [g.as_dict() for g in self.only("a")],
                 "only_b": [g.as_dict() for g in self.only("b")],
                 "printed_then_resolved": [f.as_dict() for f in self.finality],
@@ -173,6 +176,7 @@ def diff_sides(a: Side, b: Side, wl: Workload, names: tuple[dict[str, Any], dict
     view_a, view_b = _pricing_view(a, b), _pricing_view(b, a)
     diffs: list[Difference] = []
     identity: list[Difference] = []
+    inert: list[Difference] = []
     for pair in cmp.pairs:
         key, va, vb, oa, ob = pair.key, pair.a, pair.b, pair.origin_a, pair.origin_b
         da, db = _default(a, key, wl), _default(b, key, wl)
@@ -180,10 +184,13 @@ def diff_sides(a: Side, b: Side, wl: Workload, names: tuple[dict[str, Any], dict
         if key in IDENTITY:
             identity.append(Difference(key, va, vb, oa, ob, 0.0, (), "what is served, not how", why, None, False))
             continue
+        if key in INERT:
+            inert.append(Difference(key, va, vb, oa, ob, 0.0, (), "no effect on serving speed", why, None, False))
+            continue
         knob = catalog.get(key)
-        if knob is None or key in INERT:
-            # Below every catalog knob (their floor is FLOOR): unknown first, inert last.
-            diffs.append(Difference(key, va, vb, oa, ob, 0.0005 if key in INERT else 0.001, (),
+        if knob is None:
+            # Below every catalog knob (their floor is FLOOR).
+            diffs.append(Difference(key, va, vb, oa, ob, 0.001, (),
                                     "no known effect on serving performance in the catalog", why, None, False))
             continue
         rel = relevance(knob.when, wl)
@@ -200,5 +207,5 @@ def diff_sides(a: Side, b: Side, wl: Workload, names: tuple[dict[str, Any], dict
                                     knob.metrics, knob.why, why, None, False))
     diffs.sort(key=lambda d: (-d.score, d.key))
     superseded = {n: rows for n, side in (("a", a), ("b", b)) if (rows := _superseded(side))}
-    return DiffResult(names[0], names[1], wl, diffs, identity, cmp.same, cmp.gaps, cmp.finality,
+    return DiffResult(names[0], names[1], wl, diffs, identity, cmp.same, inert, cmp.gaps, cmp.finality,
                       superseded, _unobserved_moves(a, b, wl))

@@ -36,7 +36,14 @@ def _impact(d: Difference) -> str:
 def _counts(r: DiffResult) -> str:
     return (f"{len(r.differences)} settings differ, {r.same} agree; shown by only one side: "
             f"{len(r.gaps)} (A {len(r.only('a'))}, B {len(r.only('b'))})"
-            + (f"; printed vs resolved: {len(r.finality)}" if r.finality else ""))
+            + (f"; printed vs resolved: {len(r.finality)}" if r.finality else "")
+            + (f"; no effect on speed: {len(r.inert)}" if r.inert else ""))
+
+
+def _nothing(r: DiffResult) -> str:
+    if r.inert:
+        return "nothing ranked: the settings that differ have no effect on serving speed."
+    return "nothing ranked: every setting both sides show agrees."
 
 
 def _final(f: Finality) -> str:
@@ -75,7 +82,7 @@ def to_text(r: DiffResult, top: int = 15) -> str:
              + (f", {r.workload.model} on {r.workload.gpu}" if r.workload.model and r.workload.gpu else ""),
              _counts(r) + (";" if r.differences else ""),
              "ranked by expected impact:" if r.differences else
-             "nothing ranked: every setting both sides show agrees.", ""]
+             _nothing(r), ""]
     shown = r.differences[:top]
     for i, d in enumerate(shown, start=1):
         lines.append(f"{i:>2}. {d.key}: {_v(d.a)} -> {_v(d.b)}   [score {d.score:.2f}; {_impact(d)}]")
@@ -106,6 +113,8 @@ def to_text(r: DiffResult, top: int = 15) -> str:
                      + "; ".join(f"{m['key']} {m['a']} -> {m['b']} ({m['source']})" for m in r.unobserved_moves))
     if r.identity:
         lines.append("served: " + "; ".join(f"{d.key} {_v(d.a)} -> {_v(d.b)}" for d in r.identity))
+    if r.inert:
+        lines.append("no effect on speed (not ranked): " + "; ".join(f"{d.key} {_v(d.a)} -> {_v(d.b)}" for d in r.inert))
     return "\n".join(lines) + "\n"
 
 
@@ -117,7 +126,7 @@ def to_markdown(r: DiffResult) -> str:
     out = [f"## infbench config diff: {_name(r.a)} vs {_name(r.b)}", "",
            f"Workload: {r.workload.describe()}. {_counts(r)}. "
            + ("Ranked by expected impact on this workload." if r.differences
-              else "Nothing ranked: every setting both sides show agrees."), "",
+              else _nothing(r).capitalize()), "",
            "| # | setting | A | B | score | moves | why it matters | why it differs |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for i, d in enumerate(r.differences, start=1):
@@ -137,6 +146,9 @@ def to_markdown(r: DiffResult) -> str:
                 + "; ".join(f"`{m['key']}` {m['a']} -> {m['b']} ({m['source']})" for m in r.unobserved_moves)]
     if r.identity:
         out += ["", "Served model: " + "; ".join(f"`{d.key}` `{_v(d.a)}` -> `{_v(d.b)}`" for d in r.identity)]
+    if r.inert:
+        out += ["", "No effect on speed (not ranked): " + "; ".join(f"`{d.key}` `{_v(d.a)}` -> `{_v(d.b)}`"
+                                                                    for d in r.inert)]
     return "\n".join(out) + "\n"
 
 

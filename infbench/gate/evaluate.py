@@ -67,6 +67,7 @@ class RuleResult:
     paired: bool = False  # requests compared pair by pair
     estimator: str = ""  # what the change and its interval are, in words
     p_value: float | None = None
+    run_spread: float | None = None  # several runs per side: their relative sd per run, measured
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,7 +145,9 @@ def change_replicates(rule: Rule, base: RunSamples, cand: RunSamples, pairing: P
     return Change(vb, vc, nb, nc, reps)
 
 
-def _verdict(ci: tuple[float, float], rule: Rule) -> tuple[str, str]:
+def judge(ci: tuple[float, float], rule: Rule,
+          remedy: str = "more requests (or less run noise)") -> tuple[str, str]:
+    """The verdict of an interval of the change against the rule's limit, with its reason."""
     unit = METRICS[rule.metric].unit
 
     def fmt(v: float) -> str:
@@ -162,8 +165,7 @@ def _verdict(ci: tuple[float, float], rule: Rule) -> tuple[str, str]:
     if beyond:
         worse = "slower" if lower else "lower"
         return FAIL, f"{span}, all of it beyond the limit {limit} ({worse})"
-    return INCONCLUSIVE, (f"{span}, straddling the limit {limit}: more requests (or less run "
-                          "noise) are needed to tell")
+    return INCONCLUSIVE, f"{span}, straddling the limit {limit}: {remedy} are needed to tell"
 
 
 def _new_result(rule: Rule, base: RunSamples, cand: RunSamples, paired: bool) -> RuleResult:
@@ -207,7 +209,7 @@ def evaluate_rule(rule: Rule, base: RunSamples, cand: RunSamples, settings: Gate
         result.change = ch.cand - ch.base
         reps = ch.replicates + ch.cand * np.expm1(nc) - ch.base * np.expm1(nb)
     result.ci = percentile_interval(reps, settings.confidence)
-    result.verdict, result.reason = _verdict(result.ci, rule)
+    result.verdict, result.reason = judge(result.ci, rule)
     return result
 
 
@@ -257,7 +259,7 @@ def _evaluate_shift(rule: Rule, base: RunSamples, cand: RunSamples, settings: Ga
                         if pairing is not None else
                         "location shift (Hodges-Lehmann, Mann-Whitney interval)") + \
         ", widened for requests in flight together"
-    result.verdict, result.reason = _verdict(result.ci, rule)
+    result.verdict, result.reason = judge(result.ci, rule)
     return result
 
 

@@ -30,6 +30,10 @@ def change_text(r: RuleResult) -> str:
 
 
 def pairing_text(doc: dict[str, Any]) -> str:
+    runs = len(doc.get("baseline_runs", ())) + len(doc.get("candidate_runs", ()))
+    if runs > 2:
+        return (f"{len(doc['baseline_runs'])} baseline and {len(doc['candidate_runs'])} candidate runs, "
+                "each run one observation")
     if doc.get("paired"):
         return f"requests paired one to one ({doc['paired_requests']} pairs)"
     return "requests not paired"
@@ -61,6 +65,8 @@ def to_markdown(doc: dict[str, Any], results: list[RuleResult]) -> str:
                      f"{_num(r.candidate, r.unit)} | {change_text(r)} | {r.tolerance} | {_ICON[r.verdict]} |")
     notes = [f"- **{r.rule}**: {r.reason}" for r in results if r.verdict != PASS]
     notes += [f"- {r.rule}: {r.estimator}" for r in results if r.estimator]
+    notes += [f"- {r.rule}: the runs' own spread is {r.run_spread:.1%} per run" for r in results
+              if r.run_spread is not None]
     if notes:
         lines += ["", *notes]
     for w in doc.get("warnings", []):

@@ -176,3 +176,27 @@ def test_gate_noise_writes_what_it_prints_into_rules_that_pass_a_a(store, tmp_pa
     assert g.returncode == 0, g.stdout
     few = infbench("gate", "noise", runs["a1"], runs["a2"], "--db", str(db))
     assert few.returncode == 2 and "runs:" in few.stderr
+
+
+def test_several_runs_per_side_are_judged_on_their_own_spread(store) -> None:
+    """Each run one observation: the same build split three and three does not fail, six
+    baseline runs against the slower device do, and the output says how the runs spread."""
+    db, runs = store
+    same = [runs[f"a{i}"] for i in range(1, A_A + 1)]
+    half = A_A // 2
+
+    def gate(base: list[str], cand: list[str]) -> dict:
+        args = [x for b in base for x in ("--baseline", b)] + [x for c in cand for x in ("--candidate", c)]
+        r = infbench("gate", "--db", str(db), *args, "--json")
+        assert r.returncode in (0, 1), r.stderr
+        return json.loads(r.stdout)
+
+    doc = gate(same[:half], same[half:])
+    assert doc["verdict"] != "fail" and doc["candidate_runs"] == same[half:], _summary(doc)
+    assert all(x["run_spread"] is not None and x["ci"][0] <= 0.0 <= x["ci"][1] or x["verdict"] == "pass"
+               for x in doc["rules"]), _summary(doc)
+    slow = gate(same, [runs["slow"]])
+    by = {x["metric"]: x for x in slow["rules"]}
+    assert slow["verdict"] == "fail" and by["tpot"]["verdict"] == "fail", _summary(slow)
+    twice = infbench("gate", "--db", str(db), "--baseline", same[0], "--baseline", same[0], "--candidate", same[1])
+    assert twice.returncode == 2 and "given twice" in twice.stderr and "\n" not in twice.stderr.strip()

@@ -1,16 +1,18 @@
-"""`infbench gate` and `infbench sweep` on a real vLLM: two identical runs pass the default
-gate, the server restarted with `--max-num-seqs 2` fails it, and a sweep finds its points."""
+"""`infbench gate` and `infbench sweep` on a real vLLM: identical runs never fail the gate,
+the server restarted with `--max-num-seqs 2` fails it, and a sweep finds its points."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.real_engine.conftest import infbench, ok
 from tools.real_vllm.server import VllmServer
 
 LOAD = ("--endpoint", "completions", "--arrival", "closed", "--concurrency", "4",
-        "--num-requests", "240", "--input-tokens", "uniform:64:256", "--output-tokens",
+        "--num-requests", "200", "--input-tokens", "uniform:64:256", "--output-tokens",
         "uniform:16:48", "--seed", "3", "--quiet", "--json")
 
 
@@ -18,24 +20,39 @@ def _run(srv: VllmServer, db: Path) -> str:
     return json.loads(ok(infbench("run", "--url", srv.url, "--db", str(db), *LOAD)))["run_id"]
 
 
-def _gate(db: Path, base: str, cand: str) -> tuple[int, dict]:
-    r = infbench("gate", "--db", str(db), "--baseline", base, "--candidate", cand, "--json")
+def _gate(db: Path, base: list[str], cand: list[str]) -> tuple[int, dict]:
+    args = [a for b in base for a in ("--baseline", b)] + [a for c in cand for a in ("--candidate", c)]
+    r = infbench("gate", "--db", str(db), *args, "--json")
+    assert r.returncode in (0, 1), r.stderr[-2000:]
     return r.returncode, json.loads(r.stdout)
 
 
-def test_gate_passes_identical_runs_and_fails_the_restart_with_fewer_sequences(
+@pytest.mark.timeout(1200)  # nine runs of ~20 s, and two servers to start when run alone
+def test_gate_judges_identical_runs_by_their_spread_and_fails_the_restart_with_fewer_sequences(
         vllm: VllmServer, vllm_changed: VllmServer, tmp_path: Path) -> None:
+    """On a shared host the same server drifts 15-25% from run to run (six identical runs beside
+    a busy neighbour: 400-529 tok/s), so one run per side cannot tell a build from the host.
+    Several runs per side, interleaved so that a drift of the host falls on both: identical
+    runs must never fail, and `--max-num-seqs 2` under four streams must, on its TTFT."""
     db = tmp_path / "g.duckdb"
     _run(vllm, db)  # warm-up: the first run on a fresh server pays its compile and cache fill
-    a1, a2 = _run(vllm, db), _run(vllm, db)
-    rc, doc = _gate(db, a1, a2)
-    assert rc == 0, json.dumps(doc)[:3000]
     _run(vllm_changed, db)
-    slow = _run(vllm_changed, db)
-    rc, doc = _gate(db, a2, slow)
-    assert rc == 1, json.dumps(doc)[:3000]
-    failed = [r for r in doc.get("rules", doc.get("results", [])) if r.get("verdict") == "fail"]
-    assert failed, json.dumps(doc)[:3000]
+    same, slow = [], []
+    for _ in range(3):
+        same.append(_run(vllm, db))
+        slow.append(_run(vllm_changed, db))
+    same.append(_run(vllm, db))
+    rc, doc = _gate(db, same[:2], same[2:])
+    assert doc["verdict"] != "fail", json.dumps(doc)[:3000]
+    assert all(r["verdict"] != "fail" and r["run_spread"] is not None for r in doc["rules"]), json.dumps(doc)[:3000]
+    assert doc["baseline_runs"] == same[:2] and doc["candidate_runs"] == same[2:]
+    rc, doc = _gate(db, same, slow)
+    assert rc == 1 and doc["verdict"] == "fail", json.dumps(doc)[:3000]
+    by_rule = {r["rule"]: r for r in doc["rules"]}
+    # Two sequences at a time for four streams: half the requests wait in the queue for a slot
+    # (TTFT +250% here), while the two running decode no slower on a CPU (TPOT does not move
+    # up, throughput hardly moves): the time to first token is what regressed.
+    assert by_rule["ttft p50"]["verdict"] == "fail", json.dumps(doc)[:3000]
 
 
 def test_sweep_over_concurrency(vllm: VllmServer, tmp_path: Path) -> None:

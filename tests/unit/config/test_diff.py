@@ -43,11 +43,14 @@ def test_busy_long_prompt_workload_ranks_engine_graphs_and_budget_first() -> Non
     assert "prefills in 1 -> 2 steps" in budget.reason
     graphs = by["cudagraph_mode"]
     assert graphs.priced and graphs.worse == "b" and "eager" in graphs.reason
-    # Everything ranked has a reason; settings without a known effect come last.
+    # Everything ranked has a reason; settings without a known effect come last; where the
+    # server listens is no cause at all: listed apart, never ranked.
     assert all(d.reason and d.why_different for d in r.differences)
     unknown = [i for i, d in enumerate(r.differences) if "no known effect" in d.reason]
     known = [i for i, d in enumerate(r.differences) if "no known effect" not in d.reason]
-    assert max(known) < min(unknown)
+    assert not unknown or max(known) < min(unknown)
+    assert [d.key for d in r.inert] == ["host"] and "host" not in {d.key for d in r.differences}
+    assert "no effect on speed (not ranked): host" in to_text(r)
 
 
 def test_shared_prefix_light_workload_puts_prefix_caching_above_the_token_budget() -> None:
