@@ -2,8 +2,9 @@
 
 The runner schedules sessions (closed loop: N slots that send as soon as they are free;
 open loop: intended send times from an arrival process or a trace), sends each request on
-the hot path in `client.py`, parses the recorded stream afterwards, and appends rows to
-column buffers that go to the store writer in batches while the run goes on.
+the hot path in `client.py`, and hands each finished stream to the `recorder`, which parses
+it off the send path into column buffers that go to the store writer in batches while the
+run goes on.
 
 Each request is sized just before it is sent (`loadgen.sizing`): conversation turns always,
 other requests where the target counts tokens differently from the model. Stopping: a run
@@ -20,26 +21,24 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
 
-from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body, redact
+from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body
 from infbench.loadgen.calibrate import Counter
 from infbench.loadgen.client import RawResponse, make_pool, stream_post
 from infbench.loadgen.exposition import LiveExposition
 from infbench.loadgen.fleet import Replica, Router
 from infbench.loadgen.health import HealthMonitor, HealthSample
 from infbench.loadgen.pacer import Pacer
-from infbench.loadgen.rows import parse_now, parse_stream
+from infbench.loadgen.recorder import Recorder
 from infbench.loadgen.run_rows import RunRows
 from infbench.loadgen.run_types import LiveStats, RunOutcome, RunSettings
 from infbench.loadgen.scrape import ScrapeGroup
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.sizing import Sizer
-from infbench.loadgen.sse import ParsedStream
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
 from infbench.loadgen.workloads.prompts import TokenModel
 from infbench.store.writer import BatchWriter
@@ -48,10 +47,6 @@ _SPIN_S = 0.002
 _PREWARM_OPEN_LOOP = 32
 _PREWARM_MAX = 1024  # connections opened before the clock starts
 _CONNECTION_ERRORS = {"connection_refused", "connection_reset", "connection_error"}
-# Finished streams waiting beyond this many (the client is saturated) get the recorder the
-# next turn of every loop iteration until the backlog is short again, so memory stays bounded.
-_BACKLOG_SOFT = 256
-_RECORD_SLICE_NS = 1_000_000  # parsing per recorder turn: reads wait at most about this long
 # Young-generation GC threshold during the load: collections of the many short-lived
 # per-request objects are rarer and, after gc.freeze(), scan only what the run allocated.
 _GC_GEN0_DURING_RUN = 50_000
@@ -77,7 +72,6 @@ class Runner:
         self.health = HealthMonitor(settings.sample_interval_s)
         self._path = ENDPOINTS[settings.endpoint]  # under the URL's own path, if it has one
         self._headers = auth_headers(settings.api_key)
-        self._rows = RunRows(writer)
         self._next_idx = 0
         # Requests sent or still to come from sessions begun: the count the stop-by-count
         # check sees, so a conversation is never started that the count would cut short.
@@ -100,13 +94,12 @@ class Runner:
             steps_url=settings.steps_url, steps_after=settings.steps_after)]
         self._router = Router(settings.route, len(self._replicas))
         self._pools: list[Any] = []
-        # Finished requests waiting to be parsed and turned into rows (see `_recorder`):
-        # (idx, spec, intended_ns, raw, replica index, its concurrency at send).
-        self._backlog: deque[tuple[int, RequestSpec, int, RawResponse, int, int]] = deque()
-        self._backlog_ready = asyncio.Event()
         # The live run in Prometheus text format (`--metrics-port`), fed by the recorder.
         self._expo = (LiveExposition(self.stats, model=settings.model, target=settings.url,
                                      endpoint=settings.endpoint) if settings.metrics_bind else None)
+        self._recorder = Recorder(RunRows(writer), self.stats, self._sizer, self._pacer, self._expo,
+                                  needs_text=workload.needs_text, warmup_s=settings.warmup_s,
+                                  api_key=settings.api_key)
 
     # -- control -----------------------------------------------------------------------
     def interrupt(self, reason: str) -> None:
@@ -143,16 +136,17 @@ class Runner:
             gc.collect()
             gc.freeze()
             gc.set_threshold(_GC_GEN0_DURING_RUN, gc_threshold[1], gc_threshold[2])
-            background.append(asyncio.create_task(self._recorder()))
+            background.append(asyncio.create_task(self._recorder.run()))
             # The run's clock starts once connections are open: opening hundreds of them is
             # client work that would otherwise land in the first requests' TTFT.
             self.t0_ns = await self._start() if self._start is not None else time.monotonic_ns()
-            self.stats.started_ns = self.t0_ns
+            self.stats.started_ns = self._recorder.t0_ns = self.t0_ns
             if self._expo is not None and self.s.metrics_bind is not None:
                 await self._expo.start(*self.s.metrics_bind)
             background.append(asyncio.create_task(self.health.run(self._on_health)))
             scrapers = ScrapeGroup(session, self._replicas, self._headers, self.s.scrape_interval_s,
-                                   self.t0_ns, self._on_metrics, self._on_steps, self._fleet)
+                                   self.t0_ns, self._recorder.scrape_rows, self._recorder.step_rows,
+                                   self._fleet)
             background.extend(asyncio.create_task(t) for t in scrapers.tasks())
             if self._sizer.model.source == "tokenize":  # the target counts: size against it
                 counter = Counter(session, self.s.url, self.s.endpoint, self.s.model, self._headers, tokenize=True)
@@ -181,7 +175,7 @@ class Runner:
             await session.close()
             gc.set_threshold(*gc_threshold)
             gc.unfreeze()
-            self._flush_all()
+            self._recorder.flush_all()
         self._router.check_invariants()
         scrapes, scrape_errors = scrapers.totals()
         return RunOutcome(
@@ -347,6 +341,7 @@ class Runner:
         pool = self._pools[replica]
         request = pool.request_bytes(self._path, body, self._headers)
         raw = RawResponse(send_ns=0)
+        finished = (idx, spec, intended_ns, raw, self._replicas[replica].name if self._fleet else None, conc)
         self.stats.sent += 1
         self.stats.in_flight += 1
         try:
@@ -354,7 +349,7 @@ class Runner:
         except asyncio.CancelledError:
             self.stats.in_flight -= 1
             self._router.finished(replica)
-            self._backlog.append((idx, spec, intended_ns, raw, replica, conc))  # recorded by _flush_all
+            self._recorder.keep(finished)
             raise
         self.stats.in_flight -= 1
         self._router.finished(replica)
@@ -364,37 +359,11 @@ class Runner:
         if not self.workload.needs_text:
             # Parsing waits for the recorder task: when many streams end together, doing it
             # here would hold the loop while other streams' reads wait to be stamped.
-            self._backlog.append((idx, spec, intended_ns, raw, replica, conc))
-            self._backlog_ready.set()
+            self._recorder.submit(finished)
             return None
-        parsed = await self._parse(raw)  # the next turn needs the text now
-        self._record(idx, spec, intended_ns, raw, parsed, replica, conc)
+        parsed = await self._recorder.record_now(finished)  # the next turn needs the text now
         ok = raw.error_class is None and parsed.error_class is None
         return parsed.text if ok else None
-
-    async def _recorder(self) -> None:
-        """Parse finished streams into rows, one per pacer turn while the backlog is short.
-
-        Ownership: the only consumer of `_backlog` during the run; `_flush_all` drains what is
-        left (also after an interruption), so nothing received is lost.
-        """
-        backlog = self._backlog
-        while True:
-            await self._backlog_ready.wait()
-            self._backlog_ready.clear()
-            while backlog:
-                # At most a slice of work per loop iteration, so reads between are not held
-                # up; a long backlog (a saturated client) goes to the front of the queue
-                # instead of taking bigger slices, so memory stays bounded either way.
-                await self._pacer.turn(first=len(backlog) >= _BACKLOG_SOFT)
-                until = time.monotonic_ns() + _RECORD_SLICE_NS
-                while backlog:
-                    idx, spec, intended_ns, raw, replica, conc = backlog[0]
-                    parsed = await self._parse(raw)  # cancelled here: still queued, _flush_all has it
-                    backlog.popleft()
-                    self._record(idx, spec, intended_ns, raw, parsed, replica, conc)
-                    if time.monotonic_ns() >= until:
-                        break
 
     def _note_connection(self, error_class: str | None) -> None:
         if error_class is None or error_class not in _CONNECTION_ERRORS:
@@ -405,51 +374,11 @@ class Runner:
             self.interrupt(f"target stopped answering ({self._consecutive_conn_errors} "
                            f"connection failures in a row, last: {error_class})")
 
-    async def _parse(self, raw: RawResponse) -> ParsedStream:
-        return await parse_stream(raw, self.workload.needs_text)
-
-    # -- rows --------------------------------------------------------------------------
-    def _record(self, idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse, p: ParsedStream,
-                replica: int, conc: int) -> None:
-        error_class = raw.error_class or p.error_class
-        row = self._rows.request(
-            idx, spec, intended_ns, raw, p, t0_ns=self.t0_ns, warmup_s=self.s.warmup_s,
-            error_class=error_class,
-            error_message=redact(raw.error_message or p.error_message, self.s.api_key),
-            replica=self._replicas[replica].name if self._fleet else None, conc=conc)
-        self._sizer.observe(spec, row["prompt_tokens"])
-        if self._expo is not None:
-            self._expo.observe(p, raw.send_ns, raw.end_ns or None, error_class is None)
-        st = self.stats
-        st.recent_done_ns.append(raw.end_ns or time.monotonic_ns())
-        if error_class is None:
-            st.done += 1
-            if p.first_content_ns is not None:
-                st.recent_ttft_ms.append((p.first_content_ns - raw.send_ns) / 1e6)
-            itl_ns = p.mean_itl_ns()  # the summary's spread ITL, averaged over this stream
-            if itl_ns is not None:
-                st.recent_itl_ms.append(itl_ns / 1e6)
-        else:
-            st.errors += 1
-            st.errors_by_class[error_class] = st.errors_by_class.get(error_class, 0) + 1
-
     def _on_health(self, s: HealthSample) -> None:
         self.stats.last_health = s
-        self._rows.health(s, self.t0_ns, self.stats.in_flight, self.stats.done, self.stats.errors)
-
-    def _on_metrics(self, cols: dict[str, list[Any]]) -> None:
-        self._rows.scrape(cols)
-
-    def _on_steps(self, cols: dict[str, list[Any]]) -> None:
-        self._rows.engine_steps(cols)
+        self._recorder.rows.health(s, self.t0_ns, self.stats.in_flight, self.stats.done, self.stats.errors)
 
     def flush_rows(self) -> None:
         """Hand the rows recorded so far to the writer (a worker ships them every interval, so
         a worker that dies loses only what it recorded since)."""
-        self._rows.flush()
-
-    def _flush_all(self) -> None:
-        while self._backlog:
-            idx, spec, intended_ns, raw, replica, conc = self._backlog.popleft()
-            self._record(idx, spec, intended_ns, raw, parse_now(raw, self.workload.needs_text), replica, conc)
-        self._rows.flush()
+        self._recorder.rows.flush()
