@@ -35,7 +35,8 @@ COMMANDS = [
          "Options take vLLM's names (--tensor-parallel-size/-tp, --dtype, --kv-cache-dtype, "
          "--max-model-len, --gpu-memory-utilization, ...)."),
     Lazy("diagnose", f"{_C}.diagnose", "app",
-         "Diagnose a recorded run with a playbook (runbooks: playbooks/*/*.md)."),
+         "Diagnose a recorded run: `diagnose RUN` runs every playbook its data allow and ranks "
+         "their findings; `diagnose PLAYBOOK RUN` runs one (runbooks: playbooks/*/*.md)."),
     Lazy("import", f"{_C}.results", "import_cmd",
          "Import an exported run into a store (to diagnose a run someone attached to an incident)."),
     Lazy("gate", f"{_C}.gate", "app",

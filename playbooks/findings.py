@@ -36,6 +36,10 @@ class Finding:
     summary: str          # one or two sentences an SRE reads first
     evidence: list[Evidence] = field(default_factory=list)
     next_actions: list[str] = field(default_factory=list)
+    # What of the run the cause touched, for measuring its damage and joining it with other
+    # playbooks' findings by time: `windows_s` ([start, end] s from the run's start), a
+    # `replica` name, `requests` (request_idx). Empty: the whole run.
+    scope: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

@@ -23,10 +23,18 @@ host. The verdict then follows the same limits as every other gate.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from infbench.gate.compat import compare_runs, pair_requests
-from infbench.gate.evaluate import INCONCLUSIVE, RuleResult, change_replicates, estimate, judge, run_value
+from infbench.gate.evaluate import (
+    INCONCLUSIVE,
+    RuleResult,
+    change_replicates,
+    estimate,
+    judge,
+    run_value,
+)
 from infbench.gate.rules import METRICS, GateSettings, Rule
 from infbench.gate.samples import RunSamples
 from infbench.gate.sides import NotEnoughData, goodput_slo, need, run_side

@@ -266,4 +266,4 @@ def exhaustion_finding(x: Exhaustion, test: tuple[dict[str, Any], Evidence] | No
         f"requests in flight; {x.preemptions_after:,} preemption(s) followed. {x.filled_by.capitalize()} "
         f"filled it: the prompts in flight needed {x.prompt_blocks:,} blocks, and "
         f"{x.output_tokens:,} generated tokens ({share:.0%} of the tokens held) took the rest. The pool holds {x.cap} such requests at once; the run had up to "
-        f"{above}.", evidence, actions)
+        f"{above}.", evidence, actions, scope={"windows_s": [[round(x.t_ns / 1e9, 3), None]]})

@@ -72,6 +72,7 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
     for e in failing:
         peers = [r for r in obs.replicas if r != e.replica] or [r for r in order if r != e.replica]
         diag.findings.append(_failing(e, esql, hardware_walk(con, ctx.run_id, e.replica, peers, aliases)))
+        diag.findings[-1].scope = {"replica": e.replica}
     if len(obs.replicas) < 2:
         diag.notes.append(f"{len(obs.replicas)} replica(s) with successful measured requests: "
                           "no latency comparison at matched load")
@@ -95,6 +96,10 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
             diag.findings.append(_hardware(v, walk, slower))
         elif v.busier:
             diag.findings.append(_busier(v, z, obs, options))
+        else:
+            continue
+        for f in diag.findings[-2 if v.slower else -1:]:
+            f.scope = {"replica": v.replica}
     return diag
 
 

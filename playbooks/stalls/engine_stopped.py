@@ -224,4 +224,4 @@ def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: i
             "/health and /metrics usually keep answering while the step loop is stuck: alert "
             "on vllm:num_requests_running > 0 with a flat vllm:generation_tokens_total, not on "
             "liveness alone",
-        ])
+        ], scope={"windows_s": [[_s(v["stop_ns"]) or 0.0, None]]})

@@ -95,6 +95,11 @@ def diagnose_stalls(con: duckdb.DuckDBPyConnection, run_ref: str,
     return diag
 
 
+def _windows(ev: Events, idx: np.ndarray) -> list[list[float]]:
+    """Each event's [start, end] in seconds from the run's start: where its damage is counted."""
+    return [[round(float(ev.ws[i]) / 1e9, 4), round(float(ev.we[i]) / 1e9, 4)] for i in idx]
+
+
 def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Baseline,
                     all_gaps: Gaps, ev: Events, diag: Diagnosis) -> tuple[int, Tail | None]:
     """Adds the engine-wide and private stall findings; returns the prefill-step events
@@ -131,9 +136,12 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
                            float(np.median(ev.n_active[wide])))
         diag.findings.append(engine_wide_finding(ev, wide, gaps, per, cross, base,
                                                  ctx.has_steps))
+        diag.findings[-1].scope = {"windows_s": _windows(ev, wide)}
     private = np.flatnonzero((ev.kind == "private") & (ev.cause != "client_pause"))
     if len(private):
         diag.findings.append(private_finding(con, ctx, ev, private, gaps.tail(private), cross))
+        diag.findings[-1].scope = {"windows_s": _windows(ev, private),
+                                   "requests": sorted({int(r) for i in private for r in ev.stalled[i]})}
     pre = np.flatnonzero(ev.cause == "prefill")
     return len(pre), (gaps.tail(pre) if len(pre) else None)
 

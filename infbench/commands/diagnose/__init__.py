@@ -6,13 +6,28 @@ open-diagnose-save-show path they all share, `show` the terminal rendering."""
 
 from __future__ import annotations
 
-import typer
+from typing import Any
 
-from infbench.commands.diagnose import hang, memory, verbs
+import typer
+from typer.core import TyperGroup
+
+from infbench.commands.diagnose import hang, memory, triage, verbs
 from infbench.commands.diagnose.show import print_diagnosis
 
-app = typer.Typer(help="Diagnose a recorded run with a playbook (runbooks: playbooks/*/*.md).",
-                  no_args_is_help=True, add_completion=False)
+
+class _RunOrPlaybook(TyperGroup):
+    """`diagnose RUN` is `diagnose all RUN`: a first word that names no playbook is a run."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            args = ["all", *args]
+        return super().resolve_command(ctx, args)
+
+
+app = typer.Typer(help="Diagnose a recorded run: `diagnose RUN` runs every playbook its data "
+                       "allow and ranks their findings; `diagnose PLAYBOOK RUN` runs one "
+                       "(runbooks: playbooks/*/*.md).",
+                  cls=_RunOrPlaybook, no_args_is_help=True, add_completion=False)
 
 
 @app.callback()
@@ -22,7 +37,7 @@ def _playbooks() -> None:
     pass
 
 
-for _name, _verb in (("stalls", verbs.stalls), ("mbu", verbs.mbu), ("replicas", verbs.replicas),
+for _name, _verb in (("all", triage.triage), ("stalls", verbs.stalls), ("mbu", verbs.mbu), ("replicas", verbs.replicas),
                      ("startup", verbs.startup), ("memory", memory.memory), ("hang", hang.hang)):
     app.command(_name)(_verb)
 

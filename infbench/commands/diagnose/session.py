@@ -40,7 +40,7 @@ def validated(options: Any) -> Any:
     return options
 
 
-def _open(db: Path, save: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+def open_for(db: Path, save: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
     """Writable when saving (an older file is migrated); a store that cannot be opened for
     writing is still diagnosed read-only, and the reason it will not be saved comes back.
     The caller owns and closes the connection."""
@@ -58,7 +58,7 @@ def run_playbook(run: Callable[[duckdb.DuckDBPyConnection], Diagnosis], db: Path
     written is still diagnosed, with a warning), then show them."""
     saved: int | None = None
     try:
-        con, not_saved = _open(db, save)
+        con, not_saved = open_for(db, save)
         try:
             diag = run(con)
             if save and not_saved is None:

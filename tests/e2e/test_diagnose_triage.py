@@ -1,0 +1,132 @@
+"""`infbench diagnose RUN` on the bundled engine with a known, injected cause: the headline names
+it (with its share of the tail), every playbook that could run did, what the run lacked is
+listed, and a healthy run says "no problem found" with exit 0. Each fault's parameters are
+used by no other test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.engine_process import running_engine
+from tests.support.cli import infbench
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+
+def _run(db: Path, *args: str, engine: tuple[str, ...] = (), url: str | None = None,
+         expect_rc: int = 0) -> None:
+    target = ["--url", url] if url else [f"--engine-arg={a}" for a in ("--gpu", "H100-SXM", *engine)]
+    r = infbench("run", "--db", str(db), "--quiet", "--scrape-interval", "0.25", *target, *args, timeout=240)
+    assert r.returncode == expect_rc, r.stderr[-2000:]
+
+
+def _triage(db: Path, *extra: str) -> tuple[int, dict]:
+    r = infbench("diagnose", "last", "--db", str(db), "--json", *extra, timeout=180)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    return r.returncode, json.loads(r.stdout)
+
+
+def _closed(n: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
+    return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(n),
+            "--input-tokens", inp, "--output-tokens", out)
+
+
+def _head(doc: dict) -> dict:
+    return doc["context"]["headline"]
+
+
+def test_periodic_stall_is_the_headline_with_its_share_of_the_tail(tmp_path: Path) -> None:
+    db = tmp_path / "p.duckdb"
+    _run(db, *_closed(90, 5, "uniform:300:2400", "uniform:25:80"),
+         engine=("--fault", "periodic-stall:every_s=0.8,duration_ms=120"))
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] in ("periodic_engine_stall", "engine_wide_stall"), head
+    assert head["playbook"] == "stalls" and head["damage"]["itl_p99_share"] >= 0.5, head
+    assert "stalls" in doc["context"]["playbooks_run"] and "mbu" in doc["context"]["playbooks_run"]
+    # the bundled engine serves a step log: nothing says one is missing
+    assert all(m["source"] != "engine_steps" for m in doc["context"]["missing_data"])
+
+
+def test_hung_engine_is_engine_stopped_and_names_the_missing_capture(tmp_path: Path) -> None:
+    db = tmp_path / "h.duckdb"
+    _run(db, *_closed(10, 4, "uniform:70:130", "90"), "--timeout", "3",
+         engine=("--fault", "hang:at_step=150"), expect_rc=1)
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "engine_stopped" and head["severity"] == "critical", head
+    assert head["damage"]["requests_lost"] >= 4, head
+    capture = [m for m in doc["context"]["missing_data"] if m["source"] == "hang_captures"]
+    assert capture and capture[0]["relevant"], doc["context"]["missing_data"]
+
+
+def test_memory_growth_is_the_headline(tmp_path: Path) -> None:
+    db = tmp_path / "m.duckdb"
+    with running_engine("--fault", "memory-growth:bytes_per_request=1618033") as engine:
+        _run(db, *_closed(220, 12, "72", "28"), url=engine.url)
+    rc, doc = _triage(db)
+    assert rc == 1 and _head(doc)["verdict"] == "memory_growth_per_request", _head(doc)
+    assert "memory" in doc["context"]["playbooks_run"]
+
+
+def test_kv_exhaustion_joins_the_memory_and_stall_findings_as_one_incident(tmp_path: Path) -> None:
+    db = tmp_path / "kv.duckdb"
+    with running_engine("--num-gpu-blocks", "150", "--block-size", "16") as engine:
+        _run(db, "--arrival", "closed", "--concurrency", "12", "--duration", "6",
+             "--input-tokens", "96", "--output-tokens", "320", url=engine.url)
+    rc, doc = _triage(db, "--markdown", str(tmp_path / "t.md"))
+    verdicts = [r["verdict"] for r in doc["context"]["ranked"]]
+    assert rc == 1 and "kv_cache_exhausted" in verdicts, doc["context"]["ranked"]
+    assert _head(doc)["verdict"] in ("kv_cache_exhausted", "preemption_stall"), _head(doc)
+    joined = [i for i in doc["context"]["incidents"] if "kv_cache_exhausted" in i["members"]]
+    if "preemption_stall" in verdicts:
+        assert joined and "preemption_stall" in joined[0]["members"], doc["context"]["incidents"]
+    md = (tmp_path / "t.md").read_text()
+    assert md.startswith(f"## infbench triage of run `{doc['run_id']}`") and "kv_cache_exhausted" in md
+
+
+@pytest.mark.parametrize("neighbour", [False, True], ids=["quiet", "busy_neighbour"])
+def test_healthy_run_is_no_problem_found_with_exit_0(tmp_path: Path, neighbour: bool) -> None:
+    db = tmp_path / "c.duckdb"
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if neighbour else None
+    try:
+        _run(db, *_closed(70, 6, "uniform:90:260", "uniform:50:120"))
+    finally:
+        if busy is not None:
+            busy.kill()
+    r = infbench("diagnose", "last", "--db", str(db), timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "headline: no problem found" in r.stdout
+    rc, doc = _triage(db)
+    assert rc == 0 and all(f["severity"] == "info" for f in doc["findings"]), doc["findings"]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    db = tmp_path / "e.duckdb"
+    _run(db, *_closed(8, 2, "64", "8"))
+    for args, words in ((["nosuchrun"], "nosuchrun"), (["last", "--min-stall", "-1"], "min_stall_ms")):
+        r = infbench("diagnose", *args, "--db", str(db))
+        err = r.stderr.strip()
+        assert r.returncode == 2 and words in err and "\n" not in err and "Traceback" not in err, err
+
+
+def test_throttled_replica_in_a_fleet_is_the_headline(tmp_path: Path) -> None:
+    db = tmp_path / "f.duckdb"
+    with running_engine() as a, running_engine() as b, \
+            running_engine("--fault", "throttle:reason=power,sm_clock_mhz=820") as hot:
+        urls = [x for name, e in (("a", a), ("b", b), ("hot", hot)) for x in ("--url", f"{name}={e.url}")]
+        r = infbench("run", *urls, "--db", str(db), "--quiet", "--rate", "26", "--num-requests", "140",
+                     "--input-tokens", "uniform:160:480", "--output-tokens", "uniform:40:90", "--seed", "5",
+                     timeout=240)
+        assert r.returncode == 0, r.stderr[-2000:]
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "replica_slower" and head["playbook"] == "replicas", head
+    slower = next(r for r in doc["context"]["ranked"] if r["verdict"] == "replica_slower")
+    assert doc["findings"][slower["finding"]]["scope"] == {"replica": "hot"}
+    assert "memory" in doc["context"]["playbooks_skipped"]  # one engine's ledger only
