@@ -129,10 +129,22 @@ def report(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
 
 
 def import_cmd(
-    directory: Path = typer.Argument(..., help="Directory written by `infbench export`."),
+    paths: list[Path] = typer.Argument(..., help="Directory written by `infbench export`; with --from, "
+                                                  "the tool's result files (several allowed)."),
+    from_tool: str | None = typer.Option(None, "--from", help="Read another tool's results: "
+                                         "aiperf | vllm-bench | guidellm | sglang-bench | inference-perf "
+                                         "(see docs/imports.md)."),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file to import into (created if absent)."),
 ) -> None:
-    """Import an exported run into a store (to diagnose a run someone attached to an incident)."""
+    """Import an exported run into a store (to diagnose a run someone attached to an incident),
+    or with --from another benchmarking tool's results, as runs with their requests."""
+    if from_tool is not None:
+        _import_from(from_tool, paths, db)
+        return
+    if len(paths) != 1:
+        raise _fail(f"{len(paths)} paths given: an `infbench export` directory is imported one at a "
+                    "time (several files need --from TOOL)")
+    directory = paths[0]
     try:
         con = open_store(db)
         try:
@@ -152,6 +164,26 @@ def import_cmd(
         traces = f", {n_traces} trace{'s' if n_traces != 1 else ''}" if n_traces else ""
         typer.echo(f"imported run {rid} ({n_req} requests, {n_chunks} chunks, {n_find} findings"
                    f"{traces}) from {directory} into {db}")
+
+
+def _import_from(tool: str, paths: list[Path], db: Path) -> None:
+    from infbench.imports import BadFile, read_files, store_imported
+    from infbench.imports.check import report_lines
+
+    try:
+        runs = read_files(tool, paths)  # every file checked before the store is even opened
+        con = open_store(db)
+        try:
+            stored = store_imported(con, runs)
+        finally:
+            con.close()
+    except (BadFile, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    for s in stored:
+        typer.echo(f"imported run {s.run_id} ({s.requests} requests, {s.chunks} chunks) from {tool} "
+                   f"{s.source} ({s.record}) into {db}")
+        for line in report_lines(s.summary):
+            typer.echo(f"  {line}")
 
 
 def register(app: typer.Typer) -> None:

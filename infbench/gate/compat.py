@@ -77,7 +77,50 @@ class Comparison:
     note: str  # why they do not pair, when they do not
 
 
+def is_imported(s: RunSamples) -> bool:
+    """A run read from another tool's file (`infbench import --from`)."""
+    return isinstance(s.config.get("imported"), dict)
+
+
+# Scheduled sends of paired requests may differ by this much and still be one schedule: the
+# tools stamp the moment a request was released, which jitters by a timer tick.
+SCHEDULE_TOLERANCE_S = 0.005
+
+
+def _schedule(s: RunSamples) -> np.ndarray:
+    # Samples built without a schedule (older callers) have none: NaN for every request.
+    return s.scheduled_s if s.scheduled_s.size == s.n_requests else np.full(s.n_requests, np.nan)
+
+
+def _imported_comparison(base: RunSamples, cand: RunSamples) -> Comparison:
+    """An imported run has no infbench workload config to compare: the requests themselves
+    are the workload. Requests that completed in both runs (same position in each) must have
+    asked for and produced the same lengths, and, where both files have a schedule, been
+    scheduled at the same offsets; otherwise the runs measured different loads."""
+    common, rb, rc = np.intersect1d(request_keys(base), request_keys(cand), return_indices=True)
+    if common.size == 0:
+        return Comparison(["no request completed in both runs"], False, "")
+    diffs = []
+    for name, a, b in (("input tokens", base.prompt_tokens, cand.prompt_tokens),
+                       ("output tokens", base.output_tokens, cand.output_tokens)):
+        bad = np.flatnonzero(a[rb] != b[rc])
+        if bad.size:
+            i = int(bad[0])
+            diffs.append(f"{name} differ in {bad.size} of {common.size} requests (request "
+                         f"{int(base.request_idx[rb[i]])}: {a[rb[i]]:g} -> {b[rc[i]]:g})")
+    sa, sb = _schedule(base)[rb], _schedule(cand)[rc]
+    both = np.isfinite(sa) & np.isfinite(sb)
+    if both.any():
+        off = np.abs((sa[both] - sa[both].min()) - (sb[both] - sb[both].min()))
+        if off.max() > SCHEDULE_TOLERANCE_S:
+            diffs.append(f"schedules differ: scheduled offsets up to {off.max() * 1e3:.1f} ms apart "
+                         f"(> {SCHEDULE_TOLERANCE_S * 1e3:g} ms)")
+    return Comparison(diffs, not diffs, "" if not diffs else "the runs sent different requests")
+
+
 def compare_runs(base: RunSamples, cand: RunSamples) -> Comparison:
+    if is_imported(base) or is_imported(cand):
+        return _imported_comparison(base, cand)
     diffs = workload_differences(base.config, cand.config)
     fb, fc = base.fingerprint, cand.fingerprint
     if fb is None or fc is None:

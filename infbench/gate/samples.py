@@ -4,6 +4,7 @@ pairing (`request_idx`, or conversation and turn)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class RunSamples:
     conversation_id: np.ndarray  # -1 for a single request
     turn: np.ndarray  # 0 for a single request
     fingerprint: str | None = None  # runs.workload_fingerprint: equal means the same requests
+    # intended send of each good request, s from the run's start (NaN: no schedule)
+    scheduled_s: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
 
     @property
     def n_requests(self) -> int:
@@ -81,7 +84,7 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
     rid = run.run_id
     lat = con.execute(
         f"""SELECT l.request_idx, {', '.join(f'l.{c}' for c in REQUEST_METRICS.values())},
-                   coalesce(r.end_ns, r.last_chunk_ns) / 1e9 AS done_s, r.send_ns / 1e9 AS send_s, coalesce(r.output_tokens, 0) AS out_tok,
+                   coalesce(r.end_ns, r.last_chunk_ns) / 1e9 AS done_s, r.send_ns / 1e9 AS send_s, r.intended_send_ns / 1e9 AS scheduled_s, coalesce(r.output_tokens, 0) AS out_tok,
                    coalesce(r.prompt_tokens, r.target_input_tokens, 0) AS in_tok,
                    coalesce(r.conversation_id, -1) AS conv, coalesce(r.turn, 0) AS turn
             FROM request_latency l JOIN requests r USING (run_id, request_idx)
@@ -123,6 +126,7 @@ def load_samples(con: duckdb.DuckDBPyConnection, run: RunRow, source: str) -> Ru
         conversation_id=np.asarray(lat["conv"], dtype=np.int64),
         turn=np.asarray(lat["turn"], dtype=np.int64),
         fingerprint=fingerprint[0] if fingerprint else None,
+        scheduled_s=_floats(lat["scheduled_s"]),
     )
 
 
