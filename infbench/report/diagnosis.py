@@ -19,7 +19,9 @@ CSS = (".finding{border-left:5px solid #888;padding:4px 12px;margin:12px 0;backg
        ".finding.info{border-color:#08c}.sev{font-weight:bold;text-transform:uppercase;font-size:12px}"
        ".critical .sev{color:#c00}.warning .sev{color:#a60}.info .sev{color:#08c}"
        ".verdict{font-family:monospace;color:#555}.finding td{text-align:left;vertical-align:top}"
-       "details{margin:2px 0}summary{cursor:pointer;font-size:11px;color:#555}")
+       "details{margin:2px 0}summary{cursor:pointer;font-size:11px;color:#555}"
+       ".headline{font-size:18px;padding:10px 14px;margin:8px 0 16px;border-left:8px solid #2a2}"
+       ".headline.critical{border-color:#c00}.headline.warning{border-color:#d90}")
 
 
 def _e(value: object) -> str:
@@ -64,12 +66,48 @@ def _diagnosis(d: StoredDiagnosis) -> str:
     return head + body + (f"<p>Notes:</p><ul>{notes}</ul>" if notes else "")
 
 
+def _triage(d: StoredDiagnosis) -> str:
+    """The ranked list of `infbench diagnose RUN` (each finding in full under its playbook)."""
+    ctx = d.context
+    rows = "".join(
+        f"<tr><td>{r['rank']}</td><td class='{_e(r['severity'])}'><span class='sev'>{_e(r['severity'])}</span></td>"
+        f"<td>{_e(r['playbook'])}</td><td>{_e(r['title'])} <span class='verdict'>{_e(r['verdict'])}</span></td>"
+        f"<td>{_e(_damage(r.get('damage')))}</td></tr>" for r in ctx.get("ranked", []))
+    lacked = "".join(f"<li><code>{_e(m['source'])}</code>{' (would settle a question here)' if m['relevant'] else ''}: "
+                     f"{_e(m['question'])}</li>" for m in ctx.get("missing_data", []))
+    return ("<h3>All playbooks, ranked (<code>infbench diagnose RUN</code>)</h3>"
+            + (f"<table><tr><th>#</th><th>severity</th><th>playbook</th><th>finding</th>"
+               f"<th>damage (share of the run's p99 tail)</th></tr>{rows}</table>" if rows else "")
+            + (f"<p>Data this run lacked:</p><ul>{lacked}</ul>" if lacked else ""))
+
+
+def _damage(d: dict[str, Any] | None) -> str:
+    if not d or d.get("score") is None:
+        return "whole run"
+    return ", ".join(f"{d[k]:.0%} {w}" for k, w in (("itl_p99_share", "of p99 ITL"),
+                                                   ("ttft_p99_share", "of p99 TTFT"),
+                                                   ("lost_share", "lost")) if d.get(k)) or "none"
+
+
+def headline_block(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """What the page opens with when the run was triaged: the headline, linked to the detail."""
+    triage = load_diagnoses(con, run_id, "triage")
+    if not triage:
+        return ""
+    h = triage[0].context.get("headline") or {}
+    sev = h.get("severity") if h.get("severity") in ("warning", "critical") else "info"
+    text = (f"{_e(h.get('text'))} <span class='verdict'>{_e(h.get('playbook'))}: {_e(h.get('verdict'))}</span>"
+            if h.get("verdict") else "No problem found: nothing above info.")
+    return f"<div class='headline {sev}'><a href='#diagnosis'>Diagnosis</a>: {text}</div>"
+
+
 def diagnosis_section(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     """The section's HTML: every stored diagnosis of the run, or how to produce one."""
     diagnoses = load_diagnoses(con, run_id)
     if not diagnoses:
-        body = (f"<p>This run has not been diagnosed. Run <code>infbench diagnose stalls "
+        body = (f"<p>This run has not been diagnosed. Run <code>infbench diagnose "
                 f"{_e(run_id)}</code> against this store and write the report again.</p>")
     else:
-        body = "".join(_diagnosis(d) for d in diagnoses)
+        body = "".join(_triage(d) for d in diagnoses if d.playbook == "triage") + \
+            "".join(_diagnosis(d) for d in diagnoses if d.playbook != "triage")
     return f"<h2 id='diagnosis'>Diagnosis</h2>{body}"

@@ -13,7 +13,7 @@ import duckdb
 
 from infbench.report import charts
 from infbench.report.diagnosis import CSS as DIAGNOSIS_CSS
-from infbench.report.diagnosis import diagnosis_section
+from infbench.report.diagnosis import diagnosis_section, headline_block
 from infbench.report.run_charts import run_charts
 from infbench.store.runs import RunRow
 
@@ -85,7 +85,8 @@ def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
              f"<th>p99.9</th></tr>{rows}</table>{_DEFINITIONS}{notes}{fleet_table(s.get('fleet'))}")
     cfg = html.escape(json.dumps(run.config, indent=2, sort_keys=True))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>infbench {html.escape(rid)}</title>"
-            f"<style>{_CSS}{DIAGNOSIS_CSS}</style>{charts.page_head()}</head><body>{head}{table}{diagnosis_section(con, rid)}"
+            f"<style>{_CSS}{DIAGNOSIS_CSS}</style>{charts.page_head()}</head><body>{headline_block(con, rid)}{head}{table}"
+            f"{diagnosis_section(con, rid)}"
             f"<h2>Plots</h2>{charts.render(run_charts(con, run))}"
             f"<h2>Configuration</h2><pre>{cfg}</pre></body></html>")
 

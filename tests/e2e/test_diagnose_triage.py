@@ -63,6 +63,13 @@ def test_hung_engine_is_engine_stopped_and_names_the_missing_capture(tmp_path: P
     assert head["damage"]["requests_lost"] >= 4, head
     capture = [m for m in doc["context"]["missing_data"] if m["source"] == "hang_captures"]
     assert capture and capture[0]["relevant"], doc["context"]["missing_data"]
+    # the triage was saved with the run: its report opens with the headline
+    page = tmp_path / "r.html"
+    r = infbench("report", "last", "--db", str(db), "--html", str(page))
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = page.read_text()
+    top = text.index("<div class='headline critical'>")
+    assert top < text.index("<h2") and "engine_stopped" in text[top:text.index("</div>", top)]
 
 
 def test_memory_growth_is_the_headline(tmp_path: Path) -> None:

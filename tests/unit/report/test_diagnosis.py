@@ -54,7 +54,7 @@ def test_section_shows_verdict_numbers_sql_and_next_action(tmp_path: Path) -> No
 def test_run_never_diagnosed_says_how_to_diagnose(tmp_path: Path) -> None:
     con = _store(tmp_path)
     page = diagnosis_section(con, "r1")
-    assert "not been diagnosed" in page and "infbench diagnose stalls r1" in page
+    assert "not been diagnosed" in page and "infbench diagnose r1" in page
 
 
 def test_diagnosed_run_without_findings_says_so(tmp_path: Path) -> None:
