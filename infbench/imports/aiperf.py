@@ -120,8 +120,8 @@ def _request(path: Path, line: int, obj: Any) -> tuple[str, ImportedRequest]:
                          if x)
     ok = error is None
     return phase, ImportedRequest(
-        send_s=start / 1e9,  # type: ignore[operator]
-        scheduled_s=None if credit is None else credit / 1e9,
+        send_ns=start,
+        scheduled_ns=credit,
         ttft_s=_ms(f, "time_to_first_token", _metric(f, "time_to_first_token")) if ok else None,
         e2e_s=_ms(f, "request_latency", _metric(f, "request_latency")) if ok else None,
         input_tokens=usage_in if usage_in is not None else isl,
@@ -140,7 +140,7 @@ def read(path: Path) -> list[ImportedRun]:
             warmup += 1  # AIPerf leaves its warm-up out of every statistic, as infbench does
             continue
         requests.append(req)
-    requests.sort(key=lambda r: (r.scheduled_s if r.scheduled_s is not None else r.send_s or 0.0))
+    requests.sort(key=lambda r: r.scheduled_ns if r.scheduled_ns is not None else r.send_ns or 0)
     notes = []
     if warmup:
         notes.append(f"{warmup} warm-up records left out (AIPerf's statistics leave them out too)")
@@ -168,7 +168,7 @@ def read(path: Path) -> list[ImportedRun]:
         model=models[0].get("name") if models and isinstance(models[0], dict) else None,
         target_url=redact_command(urls[0]) if urls and isinstance(urls[0], str) else None,
         endpoint=endpoint.get("type"),
-        started_unix_s=min((r.send_s for r in requests if r.send_s is not None), default=None),
+        started_unix_s=min((r.send_ns / 1e9 for r in requests if r.send_ns is not None), default=None),
         requests=requests, notes=notes)]
 
 

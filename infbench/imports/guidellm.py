@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json
+from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json, ns
 from infbench.imports.secrets import redact
 
 TOOL = "guidellm"
@@ -67,7 +67,7 @@ def _request(path: Path, record: str, obj: Any, failed: str | None) -> ImportedR
     elif failed is None and first is None:
         e2e = f.number("request_latency", required=False)
     return ImportedRequest(
-        send_s=start, scheduled_s=None if scheduled is None else float(scheduled),
+        send_ns=ns(start), scheduled_ns=ns(None if scheduled is None else float(scheduled)),
         ttft_s=None if ttft_ms is None else ttft_ms / 1e3, e2e_s=e2e,
         input_tokens=f.integer("prompt_tokens", required=False),
         output_tokens=None if failed else f.integer("output_tokens", required=False),
@@ -124,7 +124,7 @@ def read(path: Path) -> list[ImportedRun]:
             for i, item in enumerate(items):
                 requests.append(_request(path, f"benchmarks[{b}].requests.{kind}[{i}]", item, failed))
         # Send order: the three lists are grouped by outcome, the run was not.
-        requests.sort(key=lambda r: r.scheduled_s if r.scheduled_s is not None else (r.send_s or 0.0))
+        requests.sort(key=lambda r: r.scheduled_ns if r.scheduled_ns is not None else (r.send_ns or 0))
         strategy = bf.mapping("config.strategy", required=False) or {}
         runs.append(ImportedRun(
             tool=TOOL, source=str(path),

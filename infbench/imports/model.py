@@ -4,8 +4,10 @@ A reader turns one tool's file into `ImportedRun`s and never touches the store, 
 tool's module is only about its format, and the writer (`writer.py`) is the one place that
 decides how a tool's numbers land in `requests` and `chunks`.
 
-Times are seconds on the tool's own clock (`send_s`), relative to nothing in particular; the
-writer moves them onto the run's time axis. A value the file does not have is None.
+Send and schedule times are integer ns on the tool's own clock (`send_ns`), relative to
+nothing in particular (AIPerf's are Unix ns, which a float of seconds would round by up to
+~200 ns); the writer moves them onto the run's time axis. Durations are seconds. A value the
+file does not have is None.
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ class ImportedRequest:
     that carried output (after the first), in order, where the tool kept them: the writer
     rebuilds one chunk per event from them."""
 
-    send_s: float | None  # when the tool sent it, seconds on the tool's clock
+    send_ns: int | None  # when the tool sent it, ns on the tool's clock
     ttft_s: float | None
     e2e_s: float | None  # send to the end the tool's e2e uses (see the tool's definitions)
     input_tokens: int | None
     output_tokens: int | None
     token_gaps_s: tuple[float, ...] | None = None
-    scheduled_s: float | None = None  # the intended send time, where the tool's file has one
+    scheduled_ns: int | None = None  # the intended send time, where the tool's file has one
     max_tokens: int | None = None  # the output length the tool asked for, where recorded
     error: str | None = None  # the tool's own error text; None for a good request
 
@@ -60,6 +62,11 @@ class ImportedRun:
     started_unix_s: float | None  # wall-clock start, where the file has it
     requests: list[ImportedRequest]
     notes: list[str] = field(default_factory=list)  # what the file lacks, said once each
+
+
+def ns(seconds: float | None) -> int | None:
+    """Seconds (a tool's float stamp) as integer ns."""
+    return None if seconds is None else int(round(seconds * 1e9))
 
 
 def load_json(path: Path) -> Any:
@@ -127,6 +134,9 @@ class Fields:
         v = self.number(name, required=required)
         if v is None:
             return None
+        raw = self._get(name, required)
+        if isinstance(raw, int):
+            return raw  # exact: a float would round Unix ns by up to ~200 ns
         if not float(v).is_integer():
             raise self.bad(name, f"expected a whole number, got {v!r}")
         return int(v)

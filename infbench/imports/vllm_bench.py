@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json
+from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json, ns
 from infbench.imports.secrets import redact
 
 TOOL = "vllm-bench"
@@ -90,7 +90,7 @@ def _request(path: Path, i: int, row: dict[str, Any]) -> ImportedRequest:
     # A non-200 answer with an empty reason leaves `errors` empty, but no latency was taken.
     failed = bool(error) or latency == 0.0
     return ImportedRequest(
-        send_s=f.number("start_times", minimum=None),
+        send_ns=ns(f.number("start_times", minimum=None)),
         ttft_s=None if failed else f.number("ttfts"),
         e2e_s=None if failed else latency,
         input_tokens=f.integer("input_lens"),

@@ -45,9 +45,9 @@ def import_fingerprint(run: ImportedRun) -> str:
     """`wi1-` and a hash of each request's (input tokens, output length asked for or produced,
     scheduled offset in ms where the file has one), in request order: equal for two files
     that sent the same lengths in the same order."""
-    t0 = min((r.scheduled_s for r in run.requests if r.scheduled_s is not None), default=None)
+    t0 = min((r.scheduled_ns for r in run.requests if r.scheduled_ns is not None), default=None)
     body = [[r.input_tokens, r.max_tokens if r.max_tokens is not None else r.output_tokens,
-             None if r.scheduled_s is None or t0 is None else round((r.scheduled_s - t0) * 1e3)]
+             None if r.scheduled_ns is None or t0 is None else round((r.scheduled_ns - t0) / 1e6)]
             for r in run.requests]
     h = hashlib.sha256(json.dumps(body, separators=(",", ":")).encode())
     return f"wi{IMPORT_FINGERPRINT_VERSION}-{h.hexdigest()[:32]}"
@@ -55,8 +55,8 @@ def import_fingerprint(run: ImportedRun) -> str:
 
 def _columns(run: ImportedRun) -> tuple[dict[str, list[Any]], dict[str, list[Any]], int]:
     """The requests and chunks columns, and the run's t0 on the tool's clock in ns."""
-    sends = [r.send_s for r in run.requests if r.send_s is not None]
-    t0 = min(sends) if sends else 0.0
+    sends = [r.send_ns for r in run.requests if r.send_ns is not None]
+    t0 = min(sends) if sends else 0
     req: dict[str, list[Any]] = {k: [] for k in (
         "request_idx", "label", "phase", "intended_send_ns", "send_ns", "first_chunk_ns",
         "first_content_ns", "last_content_ns", "last_chunk_ns", "last_choices_ns", "end_ns",
@@ -66,7 +66,7 @@ def _columns(run: ImportedRun) -> tuple[dict[str, list[Any]], dict[str, list[Any
     chunks: dict[str, list[Any]] = {k: [] for k in (
         "request_idx", "seq", "t_ns", "read_idx", "content", "coalesced")}
     for i, r in enumerate(run.requests):
-        send = _ns(None if r.send_s is None else r.send_s - t0)
+        send = None if r.send_ns is None else r.send_ns - t0
         row = _request_times(r, send)
         times = _chunk_times(r, send)
         for seq, t in enumerate(times):
@@ -79,7 +79,7 @@ def _columns(run: ImportedRun) -> tuple[dict[str, list[Any]], dict[str, list[Any
         n_chunks = len(times) if times else None
         row.update(
             request_idx=i, label=LABEL, phase="measure",
-            intended_send_ns=_ns(None if r.scheduled_s is None else r.scheduled_s - t0),
+            intended_send_ns=None if r.scheduled_ns is None else r.scheduled_ns - t0,
             error_class=None if r.error is None else ERROR_CLASS,
             error_message=None if r.error is None else r.error[:_MAX_ERROR_TEXT],
             prompt_tokens=r.input_tokens,
@@ -90,7 +90,7 @@ def _columns(run: ImportedRun) -> tuple[dict[str, list[Any]], dict[str, list[Any
             coalesced_chunks=0 if times else None)
         for k, v in row.items():
             req[k].append(v)
-    return req, chunks, int(round(t0 * 1e9))
+    return req, chunks, t0
 
 
 def _request_times(r: ImportedRequest, send: int | None) -> dict[str, Any]:
