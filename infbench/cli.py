@@ -38,7 +38,8 @@ COMMANDS = [
          "Diagnose a recorded run: `diagnose RUN` runs every playbook its data allow and ranks "
          "their findings; `diagnose PLAYBOOK RUN` runs one (runbooks: playbooks/*/*.md)."),
     Lazy("import", f"{_C}.results", "import_cmd",
-         "Import an exported run into a store (to diagnose a run someone attached to an incident)."),
+         "Import an exported run into a store, or with --from another tool's results "
+         "(vllm-bench, guidellm, aiperf)."),
     Lazy("gate", f"{_C}.gate", "app",
          "Statistical performance gates: pass, fail or inconclusive, with intervals."),
     Lazy("compare", f"{_C}.gate", "compare",

@@ -9,12 +9,18 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from infbench.console import make_console, print_error
+from infbench.console import make_console, print_error, print_warning
 from infbench.report.config_view import config_rows
 from infbench.report.html import write_html_report
 from infbench.report.terminal import print_summary
 from infbench.store import StoreError, get_run, list_runs, open_store
-from infbench.store.transfer import EXPORT_FORMATS, export_run, import_run
+from infbench.store.transfer import (
+    EXPORT_FORMATS,
+    TRACE_FORMAT,
+    export_run,
+    export_trace,
+    import_run,
+)
 
 DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
 
@@ -88,7 +94,9 @@ def show(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last
 
 
 def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."), db: Path = DB_OPTION,
-           format: str = typer.Option("parquet", "--format", help=" | ".join(EXPORT_FORMATS)),
+           format: str = typer.Option("parquet", "--format", help=" | ".join(
+               (*EXPORT_FORMATS, TRACE_FORMAT)) + " (trace: the requests as a trace "
+               "`infbench run --workload trace` replays)"),
            out: Path | None = typer.Option(None, help="Output directory (default ./infbench-export-RUN)."),
            ) -> None:
     """Export a run's tables (Parquet or CSV), its diagnoses and findings included.
@@ -96,18 +104,26 @@ def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
     The tables: runs, requests, chunks, metric_samples, engine_steps, client_samples, diagnoses
     and findings, and the profiler traces linked to the run (`trace import --run`) with all
     their events; `infbench import DIR` loads them into another store."""
-    if format not in EXPORT_FORMATS:
-        raise _fail(f"format: {format!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    if format not in (*EXPORT_FORMATS, TRACE_FORMAT):
+        raise _fail(f"format: {format!r} is not one of {', '.join((*EXPORT_FORMATS, TRACE_FORMAT))}")
     try:
         con = open_store(db, read_only=True)
         try:
             run = get_run(con, run_id)
             target = out or Path(f"infbench-export-{run.run_id}")
-            files = export_run(con, run.run_id, target, format)
+            if format == TRACE_FORMAT:
+                path, written, left_out = export_trace(con, run.run_id, target)
+                files = [path]
+            else:
+                files = export_run(con, run.run_id, target, format)
         finally:
             con.close()
     except StoreError as exc:
         raise _fail(str(exc)) from None
+    if format == TRACE_FORMAT and left_out:
+        print_warning(f"{left_out} of {written + left_out} requests have no recorded length and "
+                      "were left out: a replay sends fewer requests, so a gate will not pair it "
+                      "with this run")
     for f in files:
         typer.echo(str(f))
 
@@ -136,8 +152,11 @@ def import_cmd(
                                          "(see docs/imports.md)."),
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file to import into (created if absent)."),
 ) -> None:
-    """Import an exported run into a store (to diagnose a run someone attached to an incident),
-    or with --from another benchmarking tool's results, as runs with their requests."""
+    """Import an exported run into a store, or with --from another tool's results
+    (vllm-bench, guidellm, aiperf).
+
+    An export directory brings a run someone attached to an incident; another tool's files
+    become runs with their requests (docs/imports.md). Exit 2 on a bad file: nothing stored."""
     if from_tool is not None:
         _import_from(from_tool, paths, db)
         return

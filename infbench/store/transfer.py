@@ -36,6 +36,10 @@ TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE, *PROMETHEUS_TABLES
 # captures: `hang_captures` by run_id, the per-rank tables by capture_id.
 ALL_TABLES = (*TABLES, *TRACE_TABLES, *LINK_TABLES, *HANG_TABLES)
 EXPORT_FORMATS = ("parquet", "csv")
+# `infbench export RUN --format trace`: the run's requests as a trace `infbench run --workload
+# trace` replays (and `loadgen.workloads.trace` reads): one JSON line per request.
+TRACE_FORMAT = "trace"
+TRACE_FILE = "trace.jsonl"
 
 
 def _lit(text: str) -> str:
@@ -142,3 +146,25 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: 
                     f"TO {_lit(str(path))} {opts}")
         files.append(path)
     return files
+
+
+def export_trace(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> tuple[Path, int, int]:
+    """Write the run's measured requests as `trace.jsonl` (`timestamp` s from the first, the
+    schedule where the run has one, else the send; `input_tokens` as the server counted them,
+    else the target; `output_tokens` asked for, else produced), in request order. Return the
+    file, the requests written and those left out for want of a length (failed in another
+    tool, which recorded none): a replay of such a run has fewer requests."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / TRACE_FILE
+    rows = f"""SELECT request_idx, coalesce(intended_send_ns, send_ns) AS t,
+                      coalesce(prompt_tokens, target_input_tokens) AS input_tokens,
+                      coalesce(max_tokens, output_tokens) AS output_tokens
+               FROM requests WHERE run_id = {_lit(run_id)} AND phase = 'measure'"""
+    complete = "t IS NOT NULL AND input_tokens IS NOT NULL AND output_tokens IS NOT NULL"
+    con.execute(f"COPY (SELECT (t - min(t) OVER ()) / 1e9 AS timestamp, input_tokens, output_tokens "
+                f"FROM ({rows}) WHERE {complete} ORDER BY request_idx) "
+                f"TO {_lit(str(path))} (FORMAT json)")
+    counts = con.execute(f"SELECT count(*) FILTER (WHERE {complete}), count(*) FILTER (WHERE NOT ({complete})) "
+                         f"FROM ({rows})").fetchone()
+    assert counts is not None
+    return path, int(counts[0]), int(counts[1])

@@ -1,7 +1,7 @@
 """A gate between an infbench run and another tool's imported run of the same workload.
 
-For each tool: import its real file, replay the imported requests with `infbench run
---workload trace` against the bundled engine (the same lengths, in the same order, on the
+For each tool: import its real file, export its requests as a trace (`infbench export
+--format trace`), replay them with `infbench run --workload trace` against the bundled engine (the same lengths, in the same order, on the
 tool's schedule where its file has one), and gate the two: the gate pairs them request by
 request. The same replay with one request's output length changed is refused (exit 2).
 """
@@ -28,8 +28,8 @@ FILES = {
 
 
 def _replay_trace(db: Path, run_id: str, out: Path, *, bump: int | None = None) -> None:
-    """The imported requests as a trace infbench replays: schedule (else send) offsets,
-    the server's input count and the output length; `bump` adds a token to one request."""
+    """What `infbench export --format trace` writes, with a token added to request `bump`'s
+    output (the same workload but for one request)."""
     con = duckdb.connect(str(db), read_only=True)
     try:
         rows = con.execute(
@@ -59,8 +59,9 @@ def test_gate_pairs_an_infbench_run_with_the_imported_run(tool: str, tmp_path: P
     r = infbench("import", "--from", tool, str(FILES[tool]), "--db", str(db))
     assert r.returncode == 0, r.stderr
     imported = re.search(r"imported run (\S+)", r.stdout).group(1)  # type: ignore[union-attr]
-    _replay_trace(db, imported, tmp_path / "same.jsonl")
-    ours = _infbench_run(tmp_path, db, tmp_path / "same.jsonl")
+    r = infbench("export", imported, "--db", str(db), "--format", "trace", "--out", str(tmp_path / "replay"))
+    assert r.returncode == 0 and r.stdout.strip() == str(tmp_path / "replay" / "trace.jsonl"), r.stderr
+    ours = _infbench_run(tmp_path, db, tmp_path / "replay" / "trace.jsonl")
 
     r = infbench("gate", "--baseline", ours, "--candidate", imported, "--db", str(db), "--json")
     assert r.returncode in (0, 1), r.stderr
