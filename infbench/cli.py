@@ -39,7 +39,7 @@ COMMANDS = [
          "their findings; `diagnose PLAYBOOK RUN` runs one (runbooks: playbooks/*/*.md)."),
     Lazy("import", f"{_C}.results", "import_cmd",
          "Import an exported run into a store, or with --from another tool's results "
-         "(vllm-bench, guidellm, aiperf)."),
+         "(vllm-bench, guidellm, aiperf, sglang-bench, inference-perf)."),
     Lazy("gate", f"{_C}.gate", "app",
          "Statistical performance gates: pass, fail or inconclusive, with intervals."),
     Lazy("compare", f"{_C}.gate", "compare",

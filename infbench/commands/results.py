@@ -153,7 +153,7 @@ def import_cmd(
     db: Path = typer.Option(Path("infbench.duckdb"), help="Store file to import into (created if absent)."),
 ) -> None:
     """Import an exported run into a store, or with --from another tool's results
-    (vllm-bench, guidellm, aiperf).
+    (vllm-bench, guidellm, aiperf, sglang-bench, inference-perf).
 
     An export directory brings a run someone attached to an incident; another tool's files
     become runs with their requests (docs/imports.md). Exit 2 on a bad file: nothing stored."""

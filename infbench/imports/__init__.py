@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from infbench.imports import aiperf, guidellm, vllm_bench
+from infbench.imports import aiperf, guidellm, inference_perf, sglang_bench, vllm_bench
 from infbench.imports.check import compare
 from infbench.imports.model import BadFile, ImportedRun
 from infbench.imports.writer import StoredImport, store_runs
@@ -35,7 +35,8 @@ def _tool(module: ModuleType) -> Tool:
     return Tool(module.TOOL, module.read, module.summary_pairs, module.DEFINITIONS, module.DIFFERENCES)
 
 
-TOOLS: dict[str, Tool] = {t.name: t for t in (_tool(vllm_bench), _tool(guidellm), _tool(aiperf))}
+TOOLS: dict[str, Tool] = {t.name: t for t in (_tool(vllm_bench), _tool(guidellm), _tool(aiperf), _tool(sglang_bench),
+                                         _tool(inference_perf))}
 
 
 def read_files(tool: str, paths: Sequence[Path]) -> list[ImportedRun]:
