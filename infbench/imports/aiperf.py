@@ -102,8 +102,14 @@ def _request(path: Path, line: int, obj: Any) -> tuple[str, ImportedRequest]:
     f = Fields(path, f"line {line}", obj)
     f.mapping("metadata")
     f.mapping("metrics")
-    phase = f.text("metadata.benchmark_phase", required=False) or "profiling"
-    start = f.integer("metadata.request_start_ns")
+    # Earlier releases (0.1, the repository's examples/artifacts) named these
+    # `credit_phase`, `timestamp_ns` and `ttft`.
+    phase = (f.text("metadata.benchmark_phase", required=False)
+             or f.text("metadata.credit_phase", required=False) or "profiling")
+    start_key = "metadata.request_start_ns" if f.raw("metadata.request_start_ns") is not None \
+        else "metadata.timestamp_ns"
+    start = f.integer(start_key)
+    ttft_key = "time_to_first_token" if f.raw("metrics.time_to_first_token") is not None else "ttft"
     credit = f.integer("metadata.credit_issued_ns", required=False)
     err = f.mapping("error", required=False)
     gaps = _metric(f, "inter_chunk_latency")
@@ -122,7 +128,7 @@ def _request(path: Path, line: int, obj: Any) -> tuple[str, ImportedRequest]:
     return phase, ImportedRequest(
         send_ns=start,
         scheduled_ns=credit,
-        ttft_s=_ms(f, "time_to_first_token", _metric(f, "time_to_first_token")) if ok else None,
+        ttft_s=_ms(f, ttft_key, _metric(f, ttft_key)) if ok else None,
         e2e_s=_ms(f, "request_latency", _metric(f, "request_latency")) if ok else None,
         input_tokens=usage_in if usage_in is not None else isl,
         output_tokens=_count(f, "output_sequence_length", _metric(f, "output_sequence_length")) if ok else None,
@@ -173,9 +179,12 @@ def read(path: Path) -> list[ImportedRun]:
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:
-    """The aggregate as flat keys: `time_to_first_token.p99` -> value, in AIPerf's units."""
+    """The aggregate as flat keys: `time_to_first_token.p99` -> value, in AIPerf's units
+    (0.1 nested the metrics under `records` and called TTFT `ttft`)."""
     out: dict[str, Any] = {}
-    for name, m in doc.items():
+    metrics = doc.get("records") if isinstance(doc.get("records"), dict) else doc
+    for name, m in metrics.items():
+        name = "time_to_first_token" if name == "ttft" else name
         if isinstance(m, dict) and "unit" in m:
             for stat, v in m.items():
                 if stat != "unit" and isinstance(v, int | float):
@@ -193,6 +202,7 @@ def summary_pairs(tool_summary: dict[str, Any]) -> dict[str, str]:
             pairs[f"{metric}.{stat}"] = (f"raw_{ours_stat}_itl_ms" if ours == "raw_itl"
                                          else f"{ours_stat}_{ours}_ms")
     pairs["completed_request_count.avg"] = "completed"
+    pairs["error_request_count.avg"] = "failed"
     pairs["total_osl.avg"] = "total_output_tokens"
     # The input tokens infbench stores are the server's where it sent usage.
     pairs["total_usage_prompt_tokens.avg"] = "total_input_tokens"
