@@ -91,6 +91,10 @@ def test_a_healthy_run_has_nothing_above_info(vllm: VllmServer, tmp_path: Path) 
     doc = _diagnose(db)
     above = [f for f in doc["findings"] if SEVERITY[f["severity"]] > SEVERITY["info"]]
     assert not above, json.dumps(above)[:4000]
+    # every playbook the run allows, at once: the same answer, exit 0
+    r = infbench("diagnose", "last", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert json.loads(r.stdout)["context"]["headline"]["verdict"] is None
 
 
 def _health(srv: VllmServer) -> int:
@@ -139,6 +143,13 @@ def test_engine_core_frozen_is_engine_stopped_while_health_says_200(
     assert "/health answered 200" in f["summary"]
     # no next step that needs data this run cannot have (it has no step log)
     assert not any("step log" in a for a in f["next_actions"]), f["next_actions"]
+    # `diagnose RUN` puts it first, with the requests it stranded and the capture it lacks
+    r = infbench("diagnose", "last", "--db", str(db), "--json")
+    assert r.returncode == 1, r.stderr[-2000:]
+    triage = json.loads(r.stdout)["context"]
+    assert triage["headline"]["verdict"] == "engine_stopped", triage["headline"]
+    assert triage["headline"]["damage"]["requests_lost"] >= 4, triage["headline"]
+    assert any(m["source"] == "hang_captures" and m["relevant"] for m in triage["missing_data"])
     # the server serves again once resumed
     _record(vllm, tmp_path / "after.duckdb", "--num-requests", "4", "--concurrency", "2",
             "--input-tokens", "64", "--output-tokens", "8")
