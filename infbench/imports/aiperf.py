@@ -29,7 +29,7 @@ from infbench.imports.model import (
     load_json,
     load_jsonl,
 )
-from infbench.imports.secrets import redact, redact_command
+from infbench.imports.redaction import redact, redact_command
 
 TOOL = "aiperf"
 RECORDS = "profile_export.jsonl"

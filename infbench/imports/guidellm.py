@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json, ns
-from infbench.imports.secrets import redact
+from infbench.imports.redaction import redact
 
 TOOL = "guidellm"
 

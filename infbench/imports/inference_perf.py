@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json, ns
-from infbench.imports.secrets import REDACTED, redact_command
+from infbench.imports.redaction import REDACTED, redact_command
 
 TOOL = "inference-perf"
 RECORDS = "per_request_lifecycle_metrics.json"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_jsonl
-from infbench.imports.secrets import redact
+from infbench.imports.redaction import redact
 
 TOOL = "sglang-bench"
 _LISTS = ("input_lens", "output_lens", "ttfts", "itls", "errors")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json, ns
-from infbench.imports.secrets import redact
+from infbench.imports.redaction import redact
 
 TOOL = "vllm-bench"
 # Per-request lists `--save-detailed` writes; one entry per request, in the same order.

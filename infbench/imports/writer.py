@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
@@ -154,6 +155,7 @@ def store_runs(con: duckdb.DuckDBPyConnection, runs: list[ImportedRun],
 
     Ownership: the caller owns `con` (opened writable)."""
     out = []
+    now = datetime.now(UTC).replace(tzinfo=None)  # naive UTC, as `store.runs` writes it
     with transaction(con, "import failed"):
         for run in runs:
             run_id = new_run_id()
@@ -162,8 +164,8 @@ def store_runs(con: duckdb.DuckDBPyConnection, runs: list[ImportedRun],
             con.execute(
                 "INSERT INTO runs (run_id, created_at, finished_at, status, status_reason, target_url, "
                 "model, endpoint, config, t0_monotonic_ns, t0_unix_ns, infbench_version, workload_fingerprint) "
-                "VALUES (?, now()::TIMESTAMP, now()::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, status, reason, run.target_url, run.model, run.endpoint,
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, now, now, status, reason, run.target_url, run.model, run.endpoint,
                  json.dumps(_config(run, definitions[run.tool]), sort_keys=True, default=str), t0,
                  _ns(run.started_unix_s), __version__, import_fingerprint(run)])
             insert_batch(con, run_id, "requests", to_arrow("requests", req))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from infbench.imports.secrets import REDACTED, redact, redact_command
+from infbench.imports.redaction import REDACTED, redact, redact_command
 from tests.unit.imports.support import FIXTURES, import_one
 
 
