@@ -66,9 +66,10 @@ def _request(path: Path, record: str, obj: Any, failed: str | None) -> ImportedR
         e2e = float(last) - start  # the last token: where infbench's e2e ends
     elif failed is None and first is None:
         e2e = f.number("request_latency", required=False)
+    stream_end = None if failed else f.number("request_latency", required=False)
     return ImportedRequest(
         send_ns=ns(start), scheduled_ns=ns(None if scheduled is None else float(scheduled)),
-        ttft_s=None if ttft_ms is None else ttft_ms / 1e3, e2e_s=e2e,
+        ttft_s=None if ttft_ms is None else ttft_ms / 1e3, e2e_s=e2e, stream_end_s=stream_end,
         input_tokens=f.integer("prompt_tokens", required=False),
         output_tokens=None if failed else f.integer("output_tokens", required=False),
         error=error)

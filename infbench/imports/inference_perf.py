@@ -121,9 +121,11 @@ def _request(path: Path, i: int, obj: Any) -> ImportedRequest:
     # the server generated.
     served = f.integer("info.response_metrics.server_usage.completion_tokens", required=False)
     n_out = served if served is not None else n_out
+    end = f.number("end_time", required=False, minimum=None)
     return ImportedRequest(
         send_ns=ns(start), ttft_s=ttft,
         e2e_s=None if ttft is None else ttft + sum(gaps),  # the last token, as infbench's e2e
+        stream_end_s=None if end is None else end - start,  # type: ignore[operator]
         input_tokens=n_in, output_tokens=n_out, token_gaps_s=gaps if ttft is not None else None)
 
 

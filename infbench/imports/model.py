@@ -42,6 +42,7 @@ class ImportedRequest:
     token_gaps_s: tuple[float, ...] | None = None
     scheduled_ns: int | None = None  # the intended send time, where the tool's file has one
     max_tokens: int | None = None  # the output length the tool asked for, where recorded
+    stream_end_s: float | None = None  # send to the end of the stream, where the tool timed it
     error: str | None = None  # the tool's own error text; None for a good request
 
 

@@ -11,6 +11,8 @@ How a tool's request lands in the store (times in ns from the run's first send):
   infbench's e2e and TPOT end too (the `request_latency` view);
 - with per-token gaps, one content chunk per event the tool saw, each its own read (the tool
   did not record reads, so nothing is marked coalesced and spread ITL equals per-event ITL);
+- where the tool also timed the end of the stream (guidellm, inference-perf), `end_ns` and
+  `done_ns` are there, so `request_latency.trailing_ms` is the tool's e2e less infbench's;
 - `prompt_tokens` / `output_tokens` are the tool's counts (`*_tokens_source` = `tool`);
 - a failed request has `error_class` = `tool_error` and the tool's text in `error_message`.
 """
@@ -61,7 +63,7 @@ def _columns(run: ImportedRun) -> tuple[dict[str, list[Any]], dict[str, list[Any
     req: dict[str, list[Any]] = {k: [] for k in (
         "request_idx", "label", "phase", "intended_send_ns", "send_ns", "first_chunk_ns",
         "first_content_ns", "last_content_ns", "last_chunk_ns", "last_choices_ns", "end_ns",
-        "error_class", "error_message", "prompt_tokens", "prompt_tokens_source", "max_tokens",
+        "done_ns", "error_class", "error_message", "prompt_tokens", "prompt_tokens_source", "max_tokens",
         "output_tokens", "output_tokens_source", "num_chunks", "num_content_chunks", "num_reads",
         "coalesced_chunks")}
     chunks: dict[str, list[Any]] = {k: [] for k in (
@@ -97,13 +99,15 @@ def _columns(run: ImportedRun) -> tuple[dict[str, list[Any]], dict[str, list[Any
 def _request_times(r: ImportedRequest, send: int | None) -> dict[str, Any]:
     if send is None or r.error is not None:
         return dict(send_ns=send, first_chunk_ns=None, first_content_ns=None, last_content_ns=None,
-                    last_chunk_ns=None, last_choices_ns=None, end_ns=send)
+                    last_chunk_ns=None, last_choices_ns=None, end_ns=send, done_ns=None)
     first = None if r.ttft_s is None else send + _ns(r.ttft_s)  # type: ignore[operator]
     end = None if r.e2e_s is None else send + _ns(r.e2e_s)  # type: ignore[operator]
     times = _chunk_times(r, send)
     last_content = times[-1] if times else end
+    stream_end = None if r.stream_end_s is None else send + _ns(r.stream_end_s)  # type: ignore[operator]
     return dict(send_ns=send, first_chunk_ns=first, first_content_ns=first,
-                last_content_ns=last_content, last_chunk_ns=end, last_choices_ns=end, end_ns=end)
+                last_content_ns=last_content, last_chunk_ns=stream_end or end, last_choices_ns=end,
+                end_ns=stream_end or end, done_ns=stream_end)
 
 
 def _chunk_times(r: ImportedRequest, send: int | None) -> list[int]:

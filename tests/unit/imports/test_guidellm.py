@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 
 from infbench.imports import BadFile, read_files
@@ -56,3 +57,30 @@ def test_a_bad_request_names_its_place() -> None:
 def test_another_tools_file_is_refused() -> None:
     with pytest.raises(BadFile, match="benchmarks: missing"):
         read_files("guidellm", [FIXTURES / "vllm-bench" / "vllm-bench-serve.json"])
+
+
+def test_the_documented_differences_account_for_guidellms_other_numbers(tmp_path: Path) -> None:
+    """What is not compared is still in the imported rows: guidellm's own definitions
+    recomputed from them give its numbers back."""
+    doc = json.loads(FILE.read_text())
+    metrics = doc["benchmarks"][0]["metrics"]
+    db, run_id, _ = import_one(tmp_path, "guidellm", FILE)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT ttft_ms, tpot_ms, e2e_ms, trailing_ms, output_tokens FROM request_latency "
+                           "WHERE run_id = ? AND error_class IS NULL", [run_id]).fetchall()
+    finally:
+        con.close()
+    ttft = np.array([r[0] for r in rows])
+    # Percentiles: the smallest value whose cumulative share reaches p (no interpolation).
+    ordered = np.sort(ttft)
+    for p in (50, 90, 95, 99):
+        nearest = ordered[np.searchsorted(np.arange(1, ttft.size + 1) / ttft.size, p / 100 - 1e-6)]
+        assert nearest == pytest.approx(metrics["time_to_first_token_ms"]["successful"]["percentiles"][f"p{p}"], abs=2e-6)
+    # ITL: infbench's per-request TPOT, weighted by output tokens - 1.
+    tpot, n = np.array([r[1] for r in rows]), np.array([r[4] for r in rows])
+    weighted = float(np.sum(tpot * (n - 1)) / np.sum(n - 1))
+    assert weighted == pytest.approx(metrics["inter_token_latency_ms"]["successful"]["mean"], abs=2e-6)
+    # e2e: guidellm's runs to the end of the stream; infbench's e2e plus the trailing time.
+    stream = np.array([r[2] + r[3] for r in rows])
+    assert stream.mean() == pytest.approx(metrics["request_latency"]["successful"]["mean"] * 1e3, abs=2e-6)

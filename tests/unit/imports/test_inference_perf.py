@@ -75,3 +75,17 @@ def test_a_bad_gap_names_its_request() -> None:
     with pytest.raises(BadFile) as err:
         read_files("inference-perf", [BAD / "inference-perf-bad-gap"])
     assert (err.value.record, err.value.field_name) == ("request 4", "computed_metrics.inter_token_latencies[2]")
+
+
+def test_its_request_latency_is_e2e_plus_the_trailing_time(tmp_path: Path) -> None:
+    agg = json.loads((DIR / "summary_lifecycle_metrics.json").read_text())
+    db, run_id, _ = import_one(tmp_path, "inference-perf", DIR)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        stream = [r[0] for r in con.execute("SELECT e2e_ms + trailing_ms FROM request_latency "
+                                            "WHERE run_id = ? AND error_class IS NULL", [run_id]).fetchall()]
+    finally:
+        con.close()
+    want = agg["successes"]["latency"]["request_latency"]
+    assert np.mean(stream) == pytest.approx(want["mean"] * 1e3, abs=2e-6)
+    assert np.median(stream) == pytest.approx(want["median"] * 1e3, abs=2e-6)
