@@ -70,12 +70,18 @@ def ns(seconds: float | None) -> int | None:
     return None if seconds is None else int(round(seconds * 1e9))
 
 
-def load_json(path: Path) -> Any:
-    """A whole-file JSON document; a parse error names the line and column."""
+def _text(path: Path) -> str:
+    if path.is_dir():
+        raise BadFile(path, "whole file", "(path)", "a directory, where this tool's result file was expected")
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise BadFile(path, "whole file", "encoding", f"not UTF-8 text ({exc.reason})") from None
+
+
+def load_json(path: Path) -> Any:
+    """A whole-file JSON document; a parse error names the line and column."""
+    text = _text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -86,10 +92,7 @@ def load_json(path: Path) -> Any:
 def load_jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, object) for every non-blank line of a JSON Lines file."""
     out = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise BadFile(path, "whole file", "encoding", f"not UTF-8 text ({exc.reason})") from None
+    lines = _text(path).splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue

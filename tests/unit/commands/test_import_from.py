@@ -74,3 +74,20 @@ def test_an_export_directory_still_imports_without_from(tmp_path: Path) -> None:
     assert "(40 requests, 640 chunks, 0 findings)" in r.stdout
     r = infbench("import", str(out), str(out), "--db", str(other))
     assert r.returncode == 2 and "several files need --from TOOL" in r.stderr
+
+
+def test_unknown_files_are_one_line_each(tmp_path: Path) -> None:
+    binary, listing, folder = tmp_path / "b.json", tmp_path / "l.json", tmp_path / "d"
+    binary.write_bytes(bytes(range(128, 256)))
+    listing.write_text("[1, 2]\n")
+    folder.mkdir()
+    cases = [("vllm-bench", binary, "whole file: encoding: not UTF-8 text"),
+             ("vllm-bench", listing, "whole file: (record): expected a JSON object, got list"),
+             ("guidellm", folder, "whole file: (path): a directory"),
+             ("sglang-bench", listing, "line 1: (record): expected a JSON object, got list"),
+             ("inference-perf", listing, "request 0: (record): expected a JSON object, got int")]
+    for tool, path, said in cases:
+        r = infbench("import", "--from", tool, str(path), "--db", str(tmp_path / "s.duckdb"))
+        assert r.returncode == 2 and r.stderr == f"error: {path}: {said}" + r.stderr.split(said, 1)[1], r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "s.duckdb").exists()
