@@ -86,3 +86,21 @@ def test_a_failed_request_is_stored_as_a_tool_error(tmp_path: Path) -> None:
     finally:
         con.close()
     assert status == ("completed_with_errors",) and msg == ("Bad Request",)
+
+
+def test_real_failed_requests(tmp_path: Path) -> None:
+    """vLLM's own file from a run where the server refused 13 prompts (HTTP 400)."""
+    path = FIXTURES / "vllm-bench" / "vllm-bench-serve-errors.json"
+    doc = json.loads(path.read_text())
+    db, run_id, summary = import_one(tmp_path, "vllm-bench", path)
+    assert (summary["completed"], summary["failed"]) == (doc["completed"], doc["failed"]) == (27, 13)
+    check = check_entries(summary)
+    assert all(c["agrees"] for c in check.values() if c["agrees"] is not None)
+    assert check["mean_ttft_ms"]["agrees"] and check["failed"]["agrees"]
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        failed = con.execute("SELECT DISTINCT error_class, error_message, first_content_ns FROM requests "
+                             "WHERE run_id = ? AND error_class IS NOT NULL", [run_id]).fetchall()
+    finally:
+        con.close()
+    assert failed == [("tool_error", "Bad Request", None)]
