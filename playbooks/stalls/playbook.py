@@ -34,7 +34,7 @@ from playbooks.stalls.findings import (
     slowdown_finding,
     ttft_finding,
 )
-from playbooks.stalls.periodic_sources import rank_sources
+from playbooks.stalls.periodic_sources import Periodicity, rank_sources
 from playbooks.stalls.server_view import decode_vs_roofline, ttft_split
 from playbooks.stalls.tail import GapIndex, Tail, tokens_before
 
@@ -100,6 +100,21 @@ def _windows(ev: Events, idx: np.ndarray) -> list[list[float]]:
     return [[round(float(ev.ws[i]) / 1e9, 4), round(float(ev.we[i]) / 1e9, 4)] for i in idx]
 
 
+def _periodicity(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
+                 idx: np.ndarray) -> Periodicity:
+    # When the pause began: the engine's own stamp of its long step where the step log has
+    # it (a busy client's read times would add their noise to the seconds clock), else the
+    # client's gap start. One entry per event in every clock (-1: no step known), so that one
+    # grid can count the same periods in seconds, steps and tokens.
+    client_start = ev.we[idx] - (ev.gap_ms[idx] * 1e6).astype(np.int64)
+    engine_start = ev.covering_step_start_ns[idx]
+    times_s = np.where(engine_start >= 0, engine_start, client_start) / 1e9
+    step_ids = ev.covering_step_id[idx] if ctx.has_steps else None
+    return rank_sources(con, ctx.run_id, times_s, step_ids,
+                        tokens_before(con, ctx.run_id, ev.first_start[idx]),
+                        float(np.median(ev.n_active[idx])))
+
+
 def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Baseline,
                     all_gaps: Gaps, ev: Events, diag: Diagnosis) -> tuple[int, Tail | None]:
     """Adds the engine-wide and private stall findings; returns the prefill-step events
@@ -120,20 +135,24 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
             f"{len(client)} gap event(s) (max {ev.max_gap_ms[client].max():.0f} ms) were the "
             "observer's own: the engine kept stepping or the client's event loop was stalled. "
             "They are not findings; see client_samples.loop_lag_ms.")
-    wide = np.flatnonzero((ev.kind == "engine_wide") & np.isin(ev.cause, ["engine_pause", "unattributed"]))
+    pausing = np.isin(ev.cause, ["engine_pause", "unattributed"])
+    wide = np.flatnonzero((ev.kind == "engine_wide") & pausing)
     if len(wide):
-        # When the pause began: the engine's own stamp of its long step where the step log
-        # has it (a busy client's read times would add their noise to the seconds clock),
-        # else the client's gap start.
-        client_start = ev.we[wide] - (ev.gap_ms[wide] * 1e6).astype(np.int64)
-        engine_start = ev.covering_step_start_ns[wide]
-        times_s = np.where(engine_start >= 0, engine_start, client_start) / 1e9
-        # One entry per event in every clock (-1: no step known), so that one grid can
-        # count the same periods in seconds, steps and tokens.
-        step_ids = ev.covering_step_id[wide] if ctx.has_steps else None
-        per = rank_sources(con, ctx.run_id, times_s, step_ids,
-                           tokens_before(con, ctx.run_id, ev.first_start[wide]),
-                           float(np.median(ev.n_active[wide])))
+        per = _periodicity(con, ctx, ev, wide)
+        # A pause while only one request streamed cannot pass the cross-request test
+        # (undetermined), yet one that falls on the engine-wide pauses' period is the same
+        # source seen through one stream: fitted together, those on the grid join the finding.
+        lone = np.flatnonzero((ev.kind == "undetermined") & pausing)
+        if len(lone):
+            both = np.sort(np.concatenate([wide, lone]))
+            joint = _periodicity(con, ctx, ev, both)
+            fit = joint.primary
+            if fit is not None and fit.significant:
+                on_grid = set(both[fit.grid >= 0].tolist())
+                extra = np.array([i for i in lone if i in on_grid], dtype=np.int64)
+                if len(extra):
+                    wide = np.sort(np.concatenate([wide, extra]))
+                    per = _periodicity(con, ctx, ev, wide)
         diag.findings.append(engine_wide_finding(ev, wide, gaps, per, cross, base,
                                                  ctx.has_steps))
         diag.findings[-1].scope = {"windows_s": _windows(ev, wide)}
