@@ -11,6 +11,10 @@ writes several), each one run here. A benchmark has `requests.successful`, `.err
 (`time_to_first_token_ms.successful.{mean, std_dev, max, count, percentiles}`, ...).
 
 guidellm keeps no per-token times: the requests are imported without chunks.
+
+`benchmarks.yaml` / `.yml` (`--output kind=yaml`, or a path with that extension) is the same
+report through PyYAML's `yaml.dump`; it is read by `dumped_yaml` (no YAML dependency) into
+the same document, so both formats give the same runs.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json, ns
+from infbench.imports.dumped_yaml import DumpedYamlError, loads
+from infbench.imports.model import (
+    BadFile,
+    Fields,
+    ImportedRequest,
+    ImportedRun,
+    file_text,
+    load_json,
+    ns,
+)
 from infbench.imports.redaction import redact
 
 TOOL = "guidellm"
@@ -108,8 +121,21 @@ def summary_pairs(tool_summary: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in pairs.items() if k in tool_summary}
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def load_report(path: Path) -> Any:
+    """The report document: YAML by the file's extension (as guidellm decides), else JSON."""
+    if path.suffix.lower() not in YAML_SUFFIXES:
+        return load_json(path)
+    try:
+        return loads(file_text(path))
+    except DumpedYamlError as exc:
+        raise BadFile(path, f"line {exc.line}", "(YAML)", f"not the YAML guidellm writes ({exc.message})") from None
+
+
 def read(path: Path) -> list[ImportedRun]:
-    doc = load_json(path)
+    doc = load_report(path)
     top = Fields(path, "whole file", doc)
     benches = top.array("benchmarks")
     spec = top.mapping("config.spec", required=False) or {}

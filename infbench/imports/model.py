@@ -70,7 +70,8 @@ def ns(seconds: float | None) -> int | None:
     return None if seconds is None else int(round(seconds * 1e9))
 
 
-def _text(path: Path) -> str:
+def file_text(path: Path) -> str:
+    """The file's text; a directory or non-UTF-8 content is a BadFile."""
     if path.is_dir():
         raise BadFile(path, "whole file", "(path)", "a directory, where this tool's result file was expected")
     try:
@@ -81,7 +82,7 @@ def _text(path: Path) -> str:
 
 def load_json(path: Path) -> Any:
     """A whole-file JSON document; a parse error names the line and column."""
-    text = _text(path)
+    text = file_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -92,7 +93,7 @@ def load_json(path: Path) -> Any:
 def load_jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, object) for every non-blank line of a JSON Lines file."""
     out = []
-    lines = _text(path).splitlines()
+    lines = file_text(path).splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -1,4 +1,5 @@
-"""`infbench import --from guidellm` on a real guidellm 0.8.1 benchmarks.json."""
+"""`infbench import --from guidellm` on a real guidellm 0.8.1 benchmarks.json, and the same
+report as guidellm writes it in YAML (benchmarks.yaml)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import numpy as np
 import pytest
 
 from infbench.imports import BadFile, read_files
+from infbench.imports.dumped_yaml import loads
+from tests.support.cli import infbench
 from tests.unit.imports.support import BAD, FIXTURES, check_entries, import_one
 
 FILE = FIXTURES / "guidellm" / "benchmarks.json"
+YAML_FILE = FIXTURES / "guidellm" / "benchmarks.yaml"
 
 
 def test_requests_without_chunks_and_what_is_missing_is_said(tmp_path: Path) -> None:
@@ -84,3 +88,89 @@ def test_the_documented_differences_account_for_guidellms_other_numbers(tmp_path
     # e2e: guidellm's runs to the end of the stream; infbench's e2e plus the trailing time.
     stream = np.array([r[2] + r[3] for r in rows])
     assert stream.mean() == pytest.approx(metrics["request_latency"]["successful"]["mean"] * 1e3, abs=2e-6)
+
+
+def _rows(db: Path, run_id: str) -> tuple[list[tuple], list[tuple], int]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        requests = con.execute(
+            "SELECT * EXCLUDE (run_id) FROM requests WHERE run_id = ? ORDER BY request_idx", [run_id]).fetchall()
+        latency = con.execute(
+            "SELECT * EXCLUDE (run_id) FROM request_latency WHERE run_id = ? ORDER BY request_idx",
+            [run_id]).fetchall()
+        chunks = con.execute("SELECT count(*) FROM chunks WHERE run_id = ?", [run_id]).fetchone()[0]
+    finally:
+        con.close()
+    return requests, latency, chunks
+
+
+def _imported_config(db: Path, run_id: str) -> dict:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return json.loads(con.execute("SELECT config FROM runs WHERE run_id = ?", [run_id]).fetchone()[0])["imported"]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml"])
+def test_the_yaml_report_imports_as_the_json_one(tmp_path: Path, suffix: str) -> None:
+    """benchmarks.yaml is guidellm's own YAML of the same report (its save_file), so the
+    import is the same run: every request row, the summary and the check against guidellm's."""
+    assert loads(YAML_FILE.read_text()) == json.loads(FILE.read_text())
+    path = tmp_path / f"benchmarks{suffix}"
+    path.write_bytes(YAML_FILE.read_bytes())
+    (tmp_path / "j").mkdir()
+    (tmp_path / "y").mkdir()
+    jdb, jrun, jsummary = import_one(tmp_path / "j", "guidellm", FILE)
+    ydb, yrun, ysummary = import_one(tmp_path / "y", "guidellm", path)
+    jreq, jlat, jchunks = _rows(jdb, jrun)
+    yreq, ylat, ychunks = _rows(ydb, yrun)
+    assert len(yreq) == 40 and yreq == jreq and ylat == jlat and ychunks == jchunks == 0
+    assert (ysummary.pop("run_id"), jsummary.pop("run_id")) == (yrun, jrun)
+    assert ysummary == jsummary
+    yimported, jimported = _imported_config(ydb, yrun), _imported_config(jdb, jrun)
+    assert (yimported.pop("source"), jimported.pop("source")) == (str(path), str(FILE))
+    assert yimported == jimported and yimported["tool_version"] == "0.8.1"
+    check = check_entries(ysummary)
+    compared = {k: c for k, c in check.items() if c["agrees"] is not None}
+    assert len(compared) == 6 and all(c["agrees"] for c in compared.values()), compared
+    assert ysummary["mean_ttft_ms"] == pytest.approx(
+        json.loads(FILE.read_text())["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]["mean"],
+        abs=2e-6)
+
+
+@pytest.mark.parametrize(("text", "line", "what"), [
+    ("benchmarks:\n- config: {a: 1}\n", "line 2", "flow collection"),
+    ("benchmarks:\n  a: 1\n b: 2\n", "line 3", "indented deeper"),
+    ("benchmarks:\n  - x\n   y: 1\n", "line 3", "a plain string with ': '"),
+    ("benchmarks: &b []\n", "line 1", "anchor"),
+    ("benchmarks:\n- 'never closed\n", "line 2", "never closed"),
+])
+def test_bad_yaml_names_file_and_line(tmp_path: Path, text: str, line: str, what: str) -> None:
+    path = tmp_path / "benchmarks.yaml"
+    path.write_text(text)
+    with pytest.raises(BadFile) as err:
+        read_files("guidellm", [path])
+    assert (err.value.path, err.value.record) == (str(path), line) and what in err.value.problem
+    assert "\n" not in str(err.value)
+
+
+def test_bad_yaml_on_the_command_line_is_one_line_exit_2_and_stores_nothing(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_bytes(YAML_FILE.read_bytes())
+    lines = YAML_FILE.read_text().splitlines(keepends=True)
+    bad = tmp_path / "cut.yaml"  # the report cut inside a folded quoted string
+    cut = next(n for n, ln in enumerate(lines) if "request_args: '" in ln and not ln.rstrip().endswith("'"))
+    bad.write_text("".join(lines[:cut + 1]))
+    db = tmp_path / "s.duckdb"
+    r = infbench("import", "--from", "guidellm", str(good), str(bad), "--db", str(db))
+    assert r.returncode == 2, r.stderr
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and str(bad) in err[0] and f"line {cut + 1}" in err[0] and "never closed" in err[0], err
+    assert "Traceback" not in r.stderr + r.stdout
+    if db.exists():  # nothing stored: not even the good file read before it
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+        finally:
+            con.close()
