@@ -17,6 +17,11 @@ from tests.unit.imports.support import BAD, FIXTURES, check_entries, import_one
 
 FILE = FIXTURES / "guidellm" / "benchmarks.json"
 YAML_FILE = FIXTURES / "guidellm" / "benchmarks.yaml"
+RUN_YAML = FIXTURES / "guidellm" / "run-20-requests.yaml"  # another run, written by `--output kind=yaml`
+
+
+def _document(path: Path) -> dict:
+    return loads(path.read_text()) if path.suffix == ".yaml" else json.loads(path.read_text())
 
 
 def test_requests_without_chunks_and_what_is_missing_is_said(tmp_path: Path) -> None:
@@ -41,14 +46,17 @@ def test_requests_without_chunks_and_what_is_missing_is_said(tmp_path: Path) -> 
     assert summary["mean_itl_ms"] is None
 
 
-def test_recomputed_summary_equals_guidellms_own_where_defined_alike(tmp_path: Path) -> None:
-    _, _, summary = import_one(tmp_path, "guidellm", FILE)
+@pytest.mark.parametrize("path", [FILE, RUN_YAML], ids=["json", "yaml-run"])
+def test_recomputed_summary_equals_guidellms_own_where_defined_alike(tmp_path: Path, path: Path) -> None:
+    _, _, summary = import_one(tmp_path, "guidellm", path)
     check = check_entries(summary)
     compared = {k: c for k, c in check.items() if c["agrees"] is not None}
     assert set(compared) == {"time_to_first_token_ms.mean", "time_to_first_token_ms.std_dev",
                              "time_to_first_token_ms.max", "request_totals.successful",
                              "prompt_token_count.total_sum", "output_token_count.total_sum"}
     assert all(c["agrees"] for c in compared.values()), compared
+    n_ok = len(_document(path)["benchmarks"][0]["requests"]["successful"])
+    assert check["request_totals.successful"]["tool"] == n_ok == (40 if path == FILE else 20)
 
 
 def test_a_bad_request_names_its_place() -> None:
@@ -63,12 +71,13 @@ def test_another_tools_file_is_refused() -> None:
         read_files("guidellm", [FIXTURES / "vllm-bench" / "vllm-bench-serve.json"])
 
 
-def test_the_documented_differences_account_for_guidellms_other_numbers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", [FILE, RUN_YAML], ids=["json", "yaml-run"])
+def test_the_documented_differences_account_for_guidellms_other_numbers(tmp_path: Path, path: Path) -> None:
     """What is not compared is still in the imported rows: guidellm's own definitions
     recomputed from them give its numbers back."""
-    doc = json.loads(FILE.read_text())
+    doc = _document(path)
     metrics = doc["benchmarks"][0]["metrics"]
-    db, run_id, _ = import_one(tmp_path, "guidellm", FILE)
+    db, run_id, _ = import_one(tmp_path, "guidellm", path)
     con = duckdb.connect(str(db), read_only=True)
     try:
         rows = con.execute("SELECT ttft_ms, tpot_ms, e2e_ms, trailing_ms, output_tokens FROM request_latency "
@@ -76,10 +85,13 @@ def test_the_documented_differences_account_for_guidellms_other_numbers(tmp_path
     finally:
         con.close()
     ttft = np.array([r[0] for r in rows])
-    # Percentiles: the smallest value whose cumulative share reaches p (no interpolation).
+    # Percentiles: the smallest value whose cumulative share reaches p (no interpolation). guidellm
+    # sums the shares as floats (np.cumsum of 1/n each), so at an exact boundary the sum can fall
+    # a hair short and the next sample is taken: of 20 requests, p50 is the 11th, not the 10th.
     ordered = np.sort(ttft)
-    for p in (50, 90, 95, 99):
-        nearest = ordered[np.searchsorted(np.arange(1, ttft.size + 1) / ttft.size, p / 100 - 1e-6)]
+    cumulative = np.cumsum(np.full(ttft.size, 1.0 / ttft.size))
+    for p in (25, 50, 75, 90, 95, 99):
+        nearest = ordered[np.searchsorted(cumulative, p / 100, side="left")]
         assert nearest == pytest.approx(metrics["time_to_first_token_ms"]["successful"]["percentiles"][f"p{p}"], abs=2e-6)
     # ITL: infbench's per-request TPOT, weighted by output tokens - 1.
     tpot, n = np.array([r[1] for r in rows]), np.array([r[4] for r in rows])
