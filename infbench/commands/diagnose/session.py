@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import typer
@@ -17,6 +17,8 @@ from infbench.console import make_console, print_error, print_warning
 from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis
+
+T = TypeVar("T")
 
 # The options every playbook verb takes, declared once.
 DB = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
@@ -52,24 +54,34 @@ def open_for(db: Path, save: bool) -> tuple[duckdb.DuckDBPyConnection, str | Non
         return open_store(db, read_only=True), str(exc)
 
 
-def run_playbook(run: Callable[[duckdb.DuckDBPyConnection], Diagnosis], db: Path, save: bool,
-                  json_out: bool, sql: bool, *, report_hint: bool) -> None:
-    """Diagnose, keep the findings with the run unless told not to (a store that cannot be
-    written is still diagnosed, with a warning), then show them."""
+def diagnose_and_save(run: Callable[[duckdb.DuckDBPyConnection], T],
+                      to_save: Callable[[T], list[Diagnosis]], db: Path,
+                      save: bool) -> tuple[T, int | None, str | None]:
+    """Diagnose, and keep the diagnoses `to_save` picks from the result with the run unless told
+    not to: (result, findings saved or None, why nothing was saved or None). A store that
+    cannot be written is still diagnosed; bad input exits 2 with one line."""
     saved: int | None = None
     try:
         con, not_saved = open_for(db, save)
         try:
-            diag = run(con)
+            result = run(con)
             if save and not_saved is None:
                 try:
-                    saved = save_diagnosis(con, diag.to_dict())
+                    saved = sum(save_diagnosis(con, d.to_dict()) for d in to_save(result))
                 except StoreError as exc:
-                    not_saved = str(exc)
+                    saved, not_saved = None, str(exc)
         finally:
             con.close()
     except (StoreError, ValueError) as exc:
         raise fail(str(exc).splitlines()[0]) from None
+    return result, saved, not_saved
+
+
+def run_playbook(run: Callable[[duckdb.DuckDBPyConnection], Diagnosis], db: Path, save: bool,
+                  json_out: bool, sql: bool, *, report_hint: bool) -> None:
+    """Diagnose, keep the findings with the run unless told not to (a store that cannot be
+    written is still diagnosed, with a warning), then show them."""
+    diag, saved, not_saved = diagnose_and_save(run, lambda d: [d], db, save)
     if not_saved is not None:
         print_warning(f"findings diagnosed but not saved: {not_saved.splitlines()[0]}")
     if json_out:

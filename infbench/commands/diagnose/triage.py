@@ -10,11 +10,9 @@ from pathlib import Path
 
 import typer
 
-from infbench.commands.diagnose.session import DB, JSON_OUT, SAVE, SQL, fail, open_for
+from infbench.commands.diagnose.session import DB, JSON_OUT, SAVE, SQL, diagnose_and_save, fail
 from infbench.console import make_console, print_warning
 from infbench.report.triage import to_markdown, to_text
-from infbench.store import StoreError
-from infbench.store.findings import save_diagnosis
 from playbooks.triage import TriageOptions, diagnose_all
 
 
@@ -36,21 +34,8 @@ def triage(
         options.validate()
     except ValueError as exc:
         raise fail(str(exc).splitlines()[0]) from None
-    not_saved: str | None = None
-    try:
-        con, not_saved = open_for(db, save)
-        try:
-            result = diagnose_all(con, run_id, options)
-            if save and not_saved is None:
-                try:
-                    for d in (*result.per_playbook, result.diagnosis):
-                        save_diagnosis(con, d.to_dict())
-                except StoreError as exc:
-                    not_saved = str(exc)
-        finally:
-            con.close()
-    except (StoreError, ValueError) as exc:
-        raise fail(str(exc).splitlines()[0]) from None
+    result, _, not_saved = diagnose_and_save(lambda con: diagnose_all(con, run_id, options),
+                                             lambda r: [*r.per_playbook, r.diagnosis], db, save)
     doc = result.diagnosis.to_dict()
     if markdown is not None:
         try:
