@@ -13,7 +13,7 @@ from playbooks.findings import Evidence, Finding
 from playbooks.sql import fetch_one
 from playbooks.stalls.damage import RULE, Damage, damage, severity
 from playbooks.stalls.events import Baseline, Events
-from playbooks.stalls.periodic_sources import JITTER_SCALE, Periodicity
+from playbooks.stalls.periodic_sources import JITTER_SCALE, RANK_TIE, Periodicity
 from playbooks.stalls.periodicity import SIGNIFICANT_LLR
 from playbooks.stalls.prefill import (
     ELEVATION_FINDING,
@@ -24,10 +24,6 @@ from playbooks.stalls.prefill import (
 from playbooks.stalls.server_view import SLOWDOWN_FINDING, DecodeVsRoofline, TtftSplit
 from playbooks.stalls.tail import GapIndex, Tail
 
-# A clock scoring at least this share of the best one ties with it (jitter within 0.1% of a
-# period): when steps, tokens and seconds advance in lockstep (constant batch, no idle
-# time), one run cannot say which clock the source keeps.
-RANK_TIE = 0.95
 HOL_ADDED_MS = 50.0       # TTFT added per short request worth a finding...
 PREEMPTIONS_SQL = """
 SELECT coalesce(sum(preemptions), 0) AS step_log_preemptions,
@@ -112,11 +108,15 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, gaps: GapIndex, per: Period
             "to last gap end of the itl view; p99 gain: see share_of_p99_itl. Severity: "
             + RULE), *_period_evidence(per)]
     ranked = [s for s in per.sources if s.score > 0] if periodic else []
+    tied = per.tied() if periodic else []
     if ranked:
         evidence.append(Evidence("periodic_sources_ranked", {
-            f"{i + 1}. {s.clock}": _r(s.score, 3) for i, s in enumerate(ranked)}, per.shapes_sql,
+            **{f"{i + 1}. {s.clock}": _r(s.score, 3) for i, s in enumerate(ranked)},
+            "tied_with_first": ", ".join(x.clock for x in tied[1:]) or None}, per.shapes_sql,
             f"score = strength x exp(-jitter in periods / {JITTER_SCALE:g}) in that clock, all on "
-            "one grid"))
+            f"one grid; tied_with_first: clocks whose score at the low end of their jitter's "
+            f"2-standard-error interval (n events on the period) reaches {RANK_TIE:g} x the "
+            "first's: these few events cannot rank them"))
     if periodic:
         assert fit is not None and per.seconds is not None
         # The fit's own split: an event is on the period when the grid explains it better
@@ -142,11 +142,11 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, gaps: GapIndex, per: Period
         if off_d.events:
             summary += (f" Apart from them, {off_d.events} irregular pauses off the period "
                         f"({off_d.median_gap_ms:.0f} ms each) {_costs(off_d, 'that tail')}.")
-        tied = [x for x in ranked if x.score >= RANK_TIE * ranked[0].score]
         if len(tied) >= 2:
             summary += (f" The {', '.join(x.clock for x in tied)} clocks fit equally well "
-                        f"(score {tied[0].score:.2f}): this run cannot tell these sources apart; "
-                        "a run at another load (another step rate) separates them.")
+                        f"(scores {', '.join(f'{x.score:.2f}' for x in tied)}, alike within what "
+                        f"{fit.hits} periods can measure): this run cannot tell these sources "
+                        "apart; a run at another load (another step rate) separates them.")
         elif len(ranked) >= 2:
             a, b = ranked[0], ranked[1]
             summary += (f" Most likely {a.name.split(' (')[0]}: it keeps time in {a.clock} "
@@ -155,8 +155,7 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, gaps: GapIndex, per: Period
         summary = (f"{len(idx)} engine-wide pauses: every running request stalled at the same "
                    f"wall time, {np.median(ev.gap_ms[idx]):.0f} ms each; no regular period. They "
                    f"{_costs(whole)}.")
-    actions = [f"check first: {x.check}" for x in ranked[:1] + [
-        x for x in ranked[1:] if x.score >= RANK_TIE * ranked[0].score]] + [
+    actions = [f"check first: {x.check}" for x in (tied or ranked[:1])] + [
         "take py-spy dump --native of the engine process during a pause (the step loop's stack)",
         "compare with the step log: the long steps carry no prefill, so the time is host-side"
         if has_steps else

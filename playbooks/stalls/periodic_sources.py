@@ -45,6 +45,10 @@ class Source:
     score: float              # 0..1
     fit: PeriodFit | None
     check: str                # what to look at to confirm it
+    # The score at the low end of the jitter's sampling interval: the best this clock could
+    # score on these few events. A clock ties with the leader when that reaches RANK_TIE of
+    # the leader's score (`tied`).
+    score_high: float = 0.0
 
 
 @dataclass
@@ -55,6 +59,14 @@ class Periodicity:
     grid_clock: str | None    # the clock whose fit set the common grid (None: no period)
     sources: list[Source]
     shapes_sql: str | None
+
+    def tied(self) -> list[Source]:
+        """The leader and every clock that, within its sampling error, scores as well."""
+        ranked = [x for x in self.sources if x.score > 0]
+        if not ranked:
+            return []
+        lead = ranked[0]
+        return [lead] + [x for x in ranked[1:] if max(x.score, x.score_high) >= RANK_TIE * lead.score]
 
     @property
     def primary(self) -> PeriodFit | None:
@@ -82,13 +94,26 @@ def resolution(quanta: np.ndarray) -> float:
     return float(np.sqrt(max(second - mean * mean, 0.0)))
 
 
-def _score(fit: PeriodFit | None, floor: float = 0.0) -> float:
+# Ranks and ties. Two clocks' scores differ by their jitters, and a jitter measured on n
+# events is a sample standard deviation, uncertain by sigma / sqrt(2 (n - 1)). A runner-up
+# ties with the leader unless even the low end of its jitter's 2-standard-error interval
+# scores below RANK_TIE of the leader: a 1 ms difference in the spread of 8 events 0.6 s
+# apart is noise, not evidence for one source over another (a steady run on a busy CI
+# host ranked steps 1.00 over the true seconds clock 0.92 on such a difference).
+RANK_TIE = 0.95
+_TIE_SE = 2.0
+
+
+def _score(fit: PeriodFit | None, floor: float = 0.0, optimistic: bool = False) -> float:
     """Share on the period (0 unless significant), discounted by the jitter beyond the
     clock's resolution `floor` (same unit as the period), so that between equally strong
-    fits the tighter clock wins clearly (0.05% vs 0.8% of a period is 0.98 vs 0.67)."""
+    fits the tighter clock wins clearly (0.05% vs 0.8% of a period is 0.98 vs 0.67).
+    `optimistic`: at the low end of the jitter's sampling interval (see RANK_TIE)."""
     if fit is None:
         return 0.0
     jitter = fit.jitter if np.isfinite(fit.jitter) else 1.0
+    if optimistic and np.isfinite(fit.jitter):
+        jitter *= max(1.0 - _TIE_SE / np.sqrt(2.0 * max(fit.hits - 1, 1)), 0.0)
     # A sample standard deviation of n events at the floor exceeds it by up to ~2 standard
     # errors (1 / sqrt(2 (n - 1)) each) by chance alone.
     allowed = floor / fit.period * (1 + np.sqrt(2.0 / max(fit.hits - 1, 1)))
@@ -150,23 +175,29 @@ def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarra
             new_shape_share = float(np.mean(new[pos])) if len(all_ids) else 0.0
     grid_clock, fits = common_grid(clocks, floors)
     sec, stp, tok = fits["seconds"], fits.get("steps"), fits["output tokens"]
+    def scores(fit: PeriodFit | None, clock: str) -> tuple[float, float]:
+        return _score(fit, floors[clock]), _score(fit, floors[clock], optimistic=True)
+
+    (s_stp, h_stp), (s_sec, h_sec), (s_tok, h_tok) = (
+        scores(stp, "steps"), scores(sec, "seconds"), scores(tok, "output tokens"))
     sources = [
         Source("work every N engine steps (scheduler housekeeping, periodic cache/stat sweeps)",
-               "steps", _score(stp, floors["steps"]), stp,
-               "the engine's per-step hooks: KV-cache/prefix-cache sweeps, stats every N steps"),
+               "steps", s_stp, stp,
+               "the engine's per-step hooks: KV-cache/prefix-cache sweeps, stats every N steps",
+               h_stp),
         Source("timer-driven host work (metrics/log flush, stats logger, health or autoscaler "
-               "probes)", "seconds", _score(sec, floors["seconds"]), sec,
+               "probes)", "seconds", s_sec, sec,
                "engine log intervals (vLLM logs stats every few seconds), scrape intervals, "
-               "cron-like threads; py-spy dump during a stall"),
+               "cron-like threads; py-spy dump during a stall", h_sec),
         Source("garbage collection / allocation-driven pauses (keeps time with tokens produced)",
-               "output tokens", _score(tok, floors["output tokens"]), tok,
+               "output tokens", s_tok, tok,
                "run with gc.set_debug(gc.DEBUG_STATS) or gc.callbacks timing; try gc.freeze() "
-               "after startup"),
+               "after startup", h_tok),
     ]
     if shapes_sql is not None:
         sources.append(Source("CUDA graph capture / compilation for a batch shape seen for the "
                               "first time", "batch shape", new_shape_share, None,
                               "capture sizes (cudagraph_capture_sizes) and warm-up; stalls stop "
-                              "once every batch size has been seen"))
+                              "once every batch size has been seen", new_shape_share))
     sources.sort(key=lambda s: -s.score)
     return Periodicity(sec, stp, tok, grid_clock, sources, shapes_sql)

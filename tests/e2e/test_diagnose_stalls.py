@@ -112,9 +112,10 @@ def test_periodic_stall_fundamental_period_in_its_own_clock(tmp_path: Path, faul
     assert int(sec["events_on_period"]) >= 8
     # The source's own clock ranks first, clearly ahead of the other two.
     top = evidence(diag, "periodic_engine_stall", "periodic_sources_ranked")
-    ranked = list(top.items())
+    ranked = [(k, v) for k, v in top.items() if k != "tied_with_first"]
     assert ranked[0][0] == f"1. {clock}", top
     assert all(float(v) < RANK_TIE * float(ranked[0][1]) for _, v in ranked[1:]), top
+    assert top["tied_with_first"] is None, top
     assert "cannot tell" not in finding(diag, "periodic_engine_stall").summary
     wide = evidence(diag, "periodic_engine_stall", "engine_wide_stalls")
     assert float(duration[1]) <= float(wide["median_gap_ms"]) <= float(duration[1]) + 60
@@ -125,7 +126,8 @@ def test_periodic_stall_fundamental_period_in_its_own_clock(tmp_path: Path, faul
 # (and "every N x batch tokens") are nearly one clock in this run. On a quiet machine they
 # tie; beside a busy neighbour the host's jitter varies the step time and the source's own
 # clock can pull ahead. Either is right; a wrong clock crowned alone (what the ranking did
-# before it knew each clock's resolution) never is.
+# before it knew each clock's resolution, and, on a busy CI host, when it took a 1 ms
+# difference in the spread of 8 events for evidence) never is.
 STEADY = [
     ("every_s=0.6,duration_ms=85", closed(16, 4, "uniform:60:120", "260")),
     ("every_steps=48,duration_ms=120", closed(15, 5, "uniform:40:100", "220")),
@@ -142,8 +144,8 @@ def test_periodic_stall_at_a_steady_step_rate_never_crowns_another_clock(
     every = fault.split(",")[0].split("=")
     clock = "steps" if every[0] == "every_steps" else "seconds"
     top = evidence(diag, "periodic_engine_stall", "periodic_sources_ranked")
-    best = max(float(v) for v in top.values())
-    tied = {k.split(". ", 1)[1] for k, v in top.items() if float(v) >= RANK_TIE * best}
+    first = next(k for k in top if k.startswith("1. ")).split(". ", 1)[1]
+    tied = {first, *(str(top["tied_with_first"] or "").split(", "))} - {""}
     assert clock in tied, top
     summary = finding(diag, "periodic_engine_stall").summary
     assert ("cannot tell these sources apart" in summary) == (len(tied) >= 2), summary

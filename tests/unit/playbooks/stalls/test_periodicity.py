@@ -126,3 +126,22 @@ def test_too_few_events_or_no_spread_give_no_fit() -> None:
     assert fit_period(np.array([1.0, 2.0, 3.0])) is None
     assert fit_period(np.array([5.0, 5.0, 5.0, 5.0])) is None
     assert fit_period(np.array([0.0, 1.0, np.nan, 2.0])) is None  # 3 finite events
+
+
+@pytest.mark.parametrize(("period", "kept", "locked", "seed"),
+                         [(0.7, 9, 1, 1), (0.7, 9, 2, 2), (0.45, 12, 2, 3), (1.3, 10, 1, 4),
+                          (2.2, 14, 2, 5), (0.6, 11, 2, 6)])
+def test_pauses_phase_locked_at_half_periods_do_not_halve_the_period(
+        period: float, kept: int, locked: int, seed: int) -> None:
+    """A closed loop whose requests last about a period phase-locks other pauses (their
+    prefills) to the timer: CI saw a 0.7 s timer reported as 0.35 s from 9 timer pauses and
+    2 at half periods. The divisor explains 2 more events; the half of its grid points that
+    stay empty say it is not the period."""
+    rng = np.random.default_rng(seed)
+    k = np.sort(rng.choice(kept + 1, kept, replace=False))
+    t = k * period + rng.uniform(0, 0.006, kept)
+    half = rng.choice(kept, locked, replace=False) * period + period / 2 + rng.uniform(0, 0.006, locked)
+    fit = fit_period(np.concatenate([t, half]))
+    assert fit is not None and fit.significant
+    assert fit.period == pytest.approx(period, rel=0.01)
+    assert fit.hits == kept and fit.extra == locked
