@@ -28,6 +28,7 @@ from infbench.loadgen.run_config import resolved_config
 from infbench.loadgen.runner import RunSettings
 from infbench.loadgen.seeds import Streams, new_salt
 from infbench.loadgen.slo import parse_slo
+from infbench.loadgen.watch import Watch, WatchSettings
 from infbench.loadgen.workers.scale import REFUSED as WORKERS_REFUSED
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads import (
@@ -43,6 +44,8 @@ from probes.gpu.run_probe import DEFAULT_INTERVAL_S as GPU_INTERVAL_S
 from probes.gpu.run_probe import start_if_asked, store_after_run
 from probes.prometheus.client import connect
 from probes.prometheus.pull import pull_into_store
+from probes.watch.capture import IncidentCapturer, WatchTarget
+from probes.watch.store import store_watch_after_run
 
 DEFAULT_DURATION_S = 30.0
 # Longest wait after the run for Prometheus to scrape the target once more (its default
@@ -105,6 +108,10 @@ def run(
     workers: int = typer.Option(1, help="Worker processes on this host, each with its own event loop and connections: the schedule is split by session (a conversation stays on one), --concurrency and --rate keep their totals, one writer stores everything. With --ray: workers per node."),
     ray: str | None = typer.Option(None, help=f"Run the workers as Ray actors on the cluster at this address (HOST:PORT of its head, as `ray start --head` printed), --workers on each alive node; needs infbench[dist] here and on the nodes. Refused (exit 2): {WORKERS_REFUSED}."),
     ray_cpus: float = typer.Option(1.0, help="--ray: CPUs each worker actor asks for."),
+    watch: bool = typer.Option(True, "--watch/--no-watch", help="Watch the run live and capture evidence while an incident lasts: an engine-wide stop of tokens (--watch-stall), an error burst, a replica departing from its peers at equal load. Each capture (at most --watch-captures, 10 s apart) takes every target's /metrics, the engine's stacks (py-spy; the ranks at /debug/ranks, else --engine-pid) and Flight Recorder dumps where the engine has them, stored with the run for `infbench diagnose RUN`."),
+    watch_stall: float = typer.Option(1.0, help="Live watch: seconds without a byte on every open stream of a target that count as an engine-wide stop."),
+    watch_captures: int = typer.Option(3, help="Live watch: most captures taken in one run (0: note the incidents, capture nothing)."),
+    engine_pid: list[int] = typer.Option([], help="Live watch: a process of the engine on this host to read stacks from with py-spy when an incident is seen (repeat: vLLM's API server and its EngineCore). The bundled engine lists its own at /debug/ranks."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (vLLM bench key names) on stdout."),
     quiet: bool = typer.Option(False, help="No progress (by default a live line on a terminal, a line every 5 s on stderr when piped)."),
 ) -> None:
@@ -130,6 +137,12 @@ def run(
             raise ValueError(f"db: {db} is a directory")
         if not gpu_interval > 0:
             raise ValueError(f"gpu-interval: must be > 0 seconds, not {gpu_interval}")
+        watch_settings = WatchSettings(stall_s=watch_stall)
+        watch_settings.validate()
+        if watch_captures < 0:
+            raise ValueError(f"watch-captures: must be >= 0, not {watch_captures}")
+        if any(p <= 0 for p in engine_pid):
+            raise ValueError(f"engine-pid: {min(engine_pid)} is not a process id")
         metrics_bind = None if metrics_port is None else parse_bind(metrics_port)
         if metrics_bind is not None and metrics_bind[1] != 0:
             try:  # refused now, before anything is sent, rather than mid-run
@@ -187,9 +200,13 @@ def run(
             progress = None if quiet else (lambda st, s: live_progress(st, s, console))
             gpu = start_if_asked(gpu_probe, gpu_interval, settings.url,
                                  lambda line: print_warning(line, console))
+            capturer = live_capturer(settings, engine_pid, watch_captures, gpu) if (
+                watch and not scale.active) else None
             try:
-                result = execute_run(settings, wl, db, config, slo_ms, progress, scale=scale)
+                result = execute_run(settings, wl, db, config, slo_ms, progress, scale=scale,
+                                     watch=Watch(watch_settings, capturer.submit) if capturer else None)
             finally:
+                records = capturer.close() if capturer is not None else []
                 if gpu is not None:
                     gpu.stop()
     except StoreError as exc:
@@ -228,6 +245,14 @@ def run(
             result.summary["prometheus"]["gpu_samples"] = convert_pulled(db, result.run_id)
     except (StoreError, ValueError, duckdb.Error) as exc:
         print_warning(f"GPU telemetry was not stored: {exc}", console)
+    if records:  # what the live watch saw and captured, on the run's time axis
+        try:
+            result.summary["watch"] = store_watch_after_run(db, result.run_id, records)
+        except (StoreError, duckdb.Error) as exc:
+            print_warning(f"the live watch's captures were not stored: {exc}", console)
+    elif watch and scale.active:
+        result.summary["warnings"].append("the live watch runs in one process: with --workers "
+                                          "or --ray it is off")
     summary = result.summary
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
@@ -239,6 +264,18 @@ def run(
                      signalled=result.signal_name is not None)
     if code:
         raise typer.Exit(code)
+
+
+def live_capturer(settings: RunSettings, pids: list[int], max_captures: int,
+                  gpu: object | None) -> IncidentCapturer:
+    """What the live watch captures from: every target (its URL and /metrics), the engine's
+    pids, the GPU probe's sampler when one runs."""
+    targets = ([WatchTarget(r.name, r.url, r.metrics_url) for r in settings.replicas]
+               if settings.replicas else [WatchTarget(None, settings.url, settings.metrics_url)])
+    sampler = getattr(gpu, "sampler", None)
+    return IncidentCapturer(targets, list(pids), api_key=settings.api_key,
+                            gpu_sample=sampler.sample if sampler is not None else None,
+                            max_captures=max_captures)
 
 
 def _fleet(urls: list[str], targets: Path | None, route: str | None,

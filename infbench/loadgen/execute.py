@@ -11,7 +11,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from infbench.loadgen.input_lengths import input_length_check
 from infbench.loadgen.outcome import Outcome, classify
 from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
 from infbench.loadgen.summary import mark_cooldown, summarize
+from infbench.loadgen.watch import Trigger, Watch
 from infbench.loadgen.workers.record import record_workers, worker_warnings
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads.base import Workload
@@ -40,6 +41,7 @@ class RunResult:
     summary: dict[str, Any]
     signal_name: str | None
     status: Outcome
+    triggers: list[Trigger] = field(default_factory=list)  # the live watch's, in order
 
 
 async def _drive(runner: Runner, settings: RunSettings, progress: ProgressHook | None) -> tuple[RunOutcome, str | None]:
@@ -86,9 +88,11 @@ def execute_run(
     slo: dict[str, float] | None = None,
     progress: ProgressHook | None = None,
     scale: Scale | None = None,
+    watch: Watch | None = None,
 ) -> RunResult:
     """Run and record. Ownership: opens and closes the store connection itself. `scale`: the
-    load split across worker processes or Ray actors (`loadgen.workers`); None: this process."""
+    load split across worker processes or Ray actors (`loadgen.workers`); None: this process.
+    `watch`: the live watch (one process only; `RunResult.triggers` lists what it saw)."""
     if settings.api_key and settings.api_key in repr(config):
         raise ValueError("config: the API key must never be part of the stored configuration")
     con = open_store(db_path)
@@ -102,7 +106,8 @@ def execute_run(
                    endpoint=settings.endpoint, t0_monotonic_ns=t0)
         writer = BatchWriter(con, run_id)
         many = scale is not None and scale.active
-        runner = scale.coordinator(settings, workload, writer, t0) if many else Runner(settings, workload, writer, t0)
+        runner = (scale.coordinator(settings, workload, writer, t0) if many
+                  else Runner(settings, workload, writer, t0, watch=watch))
         try:
             outcome, sig = run_timed(_drive(runner, settings, progress))
         except BaseException as exc:
@@ -146,6 +151,8 @@ def execute_run(
                                              outcome.replica_scrapes)
         finish_run(con, run_id, status=status.status, reason=status.reason, summary=summary,
                    client_bound=summary["client_bound"])
-        return RunResult(run_id, outcome, summary, sig, status)
+        watcher = getattr(runner, "watcher", None)
+        return RunResult(run_id, outcome, summary, sig, status,
+                         list(watcher.triggers) if watcher is not None else [])
     finally:
         con.close()

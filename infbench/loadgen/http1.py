@@ -64,6 +64,10 @@ class Pool:
         self._idle: list[Connection] = []
         self._addr: list[Any] | None = None
         self._closed = False
+        # What the live watch reads (loadgen/watch.py), kept per request, not per read: the
+        # exchanges open now, and the last byte of any that has ended.
+        self.live: set[Exchange] = set()
+        self.last_read_ns = 0
 
     # -- connections -------------------------------------------------------------------
     async def _resolve(self) -> list[Any]:
@@ -186,6 +190,7 @@ class Pool:
 
         ex.on_end = ended
         conn.send(request, ex)
+        self.live.add(ex)
         try:
             left = self.timeout_s - (loop.time() - start)
             async with asyncio.timeout(left):
@@ -196,6 +201,9 @@ class Pool:
                 conn.detach()  # mid-response: the connection cannot be reused
             raise
         finally:
+            self.live.discard(ex)
+            if ex.body_bytes and ex.last_ns > self.last_read_ns:
+                self.last_read_ns = ex.last_ns
             self._release(conn)
 
     def _release(self, conn: Connection) -> None:

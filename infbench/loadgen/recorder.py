@@ -105,6 +105,11 @@ class Recorder:
             itl_ns = p.mean_itl_ns()  # the summary's spread ITL, averaged over this stream
             if itl_ns is not None:
                 st.recent_itl_ms.append(itl_ns / 1e6)
+                if replica is not None:
+                    recent = st.replica_recent.get(replica)
+                    if recent is None:
+                        recent = st.replica_recent[replica] = deque(maxlen=64)
+                    recent.append((itl_ns / 1e6, conc))
         else:
             st.errors += 1
             st.errors_by_class[error_class] = st.errors_by_class.get(error_class, 0) + 1

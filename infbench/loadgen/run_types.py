@@ -82,6 +82,9 @@ class LiveStats:
     recent_itl_ms: deque[float] = field(default_factory=lambda: deque(maxlen=500))
     errors_by_class: dict[str, int] = field(default_factory=dict)
     last_health: HealthSample | None = None
+    # Fleet runs: per replica, its finished requests' (mean ITL ms, concurrency at send),
+    # newest last: what the live watch compares replicas on.
+    replica_recent: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
 
     def rate(self, window_s: float = 5.0) -> float:
         now = time.monotonic_ns()

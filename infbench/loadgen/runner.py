@@ -32,6 +32,7 @@ from infbench.loadgen.client import RawResponse, make_pool, stream_post
 from infbench.loadgen.exposition import LiveExposition
 from infbench.loadgen.fleet import Replica, Router
 from infbench.loadgen.health import HealthMonitor, HealthSample
+from infbench.loadgen.watch import Watch, Watcher, start_watcher
 from infbench.loadgen.pacer import Pacer
 from infbench.loadgen.recorder import Recorder
 from infbench.loadgen.run_rows import RunRows
@@ -58,7 +59,8 @@ class Runner:
 
     def __init__(self, settings: RunSettings, workload: Workload, writer: BatchWriter, t0_ns: int, *,
                  start: Callable[[], Awaitable[int]] | None = None,
-                 index: Callable[[RequestSpec], int] | None = None) -> None:
+                 index: Callable[[RequestSpec], int] | None = None,
+                 watch: Watch | None = None) -> None:
         """`start` and `index` are for a worker of a multi-worker run (`loadgen.workers`): the
         run's shared t0 (awaited once connections are open) and each request's stored index."""
         settings.validate()
@@ -97,6 +99,8 @@ class Runner:
         # The live run in Prometheus text format (`--metrics-port`), fed by the recorder.
         self._expo = (LiveExposition(self.stats, model=settings.model, target=settings.url,
                                      endpoint=settings.endpoint) if settings.metrics_bind else None)
+        self._watch = watch
+        self.watcher: Watcher | None = None  # the live watch, once the run has started
         self._recorder = Recorder(RunRows(writer), self.stats, self._sizer, self._pacer, self._expo,
                                   needs_text=workload.needs_text, warmup_s=settings.warmup_s,
                                   api_key=settings.api_key)
@@ -144,6 +148,11 @@ class Runner:
             if self._expo is not None and self.s.metrics_bind is not None:
                 await self._expo.start(*self.s.metrics_bind)
             background.append(asyncio.create_task(self.health.run(self._on_health)))
+            if self._watch is not None:
+                self.watcher = start_watcher(self._watch, self._pools,
+                                             [r.name or None for r in self._replicas], self.stats,
+                                             self._fleet)
+                background.append(asyncio.create_task(self.watcher.run()))
             scrapers = ScrapeGroup(session, self._replicas, self._headers, self.s.scrape_interval_s,
                                    self.t0_ns, self._recorder.scrape_rows, self._recorder.step_rows,
                                    self._fleet)

@@ -116,6 +116,15 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
     for w in s.get("warnings", []):
         if w not in h["client_bound_reasons"]:
             console.print(f"[yellow]warning:[/] {w}")
+    for w in s.get("watch") or []:  # what the live watch saw, and what it captured then
+        line = Text.assemble(("Live watch", "bold"), f" at {w['t_s']:.1f} s: {w['kind']}: "
+                             f"{w['summary']}; captured {', '.join(w['captured']) or 'nothing'}")
+        if w["failed"]:
+            line.append("; not captured: " + "; ".join(f"{f['what']} ({f['why']})" for f in w["failed"]))
+        console.print(line)
+    if s.get("watch"):
+        console.print(Text("Diagnose it: infbench diagnose RUN (the captures are stored with the run)",
+                           style="dim"))
 
 
 def _print_fleet(console: Console, fleet: dict[str, Any]) -> None:

@@ -111,6 +111,10 @@ Version 13
     ``run_workers`` (one row per load-generator worker: share, losses, clock offset) and
     ``requests.worker`` / ``client_samples.worker``; see ``infbench.store.workers_schema``.
 
+Version 15
+    ``watch_triggers`` and ``watch_metrics``: incidents the live watch of ``infbench run``
+    noticed and what it captured while they lasted; see ``infbench.store.watch_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -123,6 +127,7 @@ import pyarrow as pa
 from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
 from infbench.store.gpu_schema import GPU_DDL, GPU_MIGRATION_DESCRIPTION
 from infbench.store.hang_schema import HANG_DDL, HANG_MIGRATION_DESCRIPTION
+from infbench.store.watch_schema import WATCH_DDL, WATCH_MIGRATION_DESCRIPTION
 from infbench.store.links_schema import LINKS_DDL, LINKS_MIGRATION_DESCRIPTION
 from infbench.store.memory_schema import (
     MEMORY_DDL,
@@ -401,6 +406,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               (*REQUESTS.add_columns_ddl(13), *CLIENT_SAMPLES.add_columns_ddl(13), *WORKERS_DDL)),
     Migration(14, "fleet runs: memory samples carry the replica they were scraped from",
               MEMORY_SAMPLES.add_columns_ddl(14)),
+    Migration(15, WATCH_MIGRATION_DESCRIPTION, WATCH_DDL),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

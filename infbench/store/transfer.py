@@ -25,6 +25,7 @@ from infbench.store.prometheus_schema import PROMETHEUS_TABLES
 from infbench.store.schema import BULK_TABLES, DIAGNOSIS_TABLES
 from infbench.store.trace_schema import TRACE_TABLES
 from infbench.store.transaction import transaction
+from infbench.store.watch_schema import WATCH_TABLES
 from infbench.store.workers_schema import WORKERS_TABLE
 
 # Everything keyed by run_id that travels with a run (stored findings, the GPU telemetry
@@ -34,7 +35,8 @@ TABLES = ("runs", *BULK_TABLES, *DIAGNOSIS_TABLES, GPU_TABLE, *PROMETHEUS_TABLES
 # The traces linked to the run travel too: `traces` by run_id, the rest by trace_id.
 # So do its link probes: `link_probes` by run_id, `collectives` by probe_id; and its hang
 # captures: `hang_captures` by run_id, the per-rank tables by capture_id.
-ALL_TABLES = (*TABLES, *TRACE_TABLES, *LINK_TABLES, *HANG_TABLES)
+# The live watch's triggers travel by run_id, their /metrics pages by trigger_id.
+ALL_TABLES = (*TABLES, *TRACE_TABLES, *LINK_TABLES, *HANG_TABLES, *WATCH_TABLES)
 EXPORT_FORMATS = ("parquet", "csv")
 # `infbench export RUN --format trace`: the run's requests as a trace `infbench run --workload
 # trace` replays (and `loadgen.workloads.trace` reads): one JSON line per request.
@@ -59,6 +61,7 @@ _UNIQUE_IDS = (
     ("traces", "trace_id", "trace"),
     ("link_probes", "probe_id", "link probe"),
     ("hang_captures", "capture_id", "hang capture"),
+    ("watch_triggers", "trigger_id", "watch trigger"),
 )
 
 
@@ -137,6 +140,9 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path, fmt: 
         elif table in HANG_TABLES:
             captures = f"SELECT capture_id FROM hang_captures WHERE run_id = {_lit(run_id)}"
             where, order = f"capture_id IN ({captures})", " ORDER BY ALL"
+        elif table == "watch_metrics":
+            triggers = f"SELECT trigger_id FROM watch_triggers WHERE run_id = {_lit(run_id)}"
+            where, order = f"trigger_id IN ({triggers})", " ORDER BY ALL"
         elif table == "collectives":
             where, order = f"probe_id IN ({probes})", " ORDER BY probe_id, phase, op, bytes, repeat"
         else:

@@ -23,6 +23,7 @@ import duckdb
 
 from playbooks.findings import Evidence, Finding
 from playbooks.sql import fetch_one
+from playbooks.stalls.watch_stacks import watch_stacks
 
 QUIET_MIN_S = 1.0
 # A request was still streaming when the engine stopped if its last token came at most this
@@ -186,6 +187,10 @@ def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: i
                     f"{e['health_probes_after_stop']} probes after the stop"
                     + (": a liveness probe on /health did not see this hang."
                        if e["health_200_after_stop"] else "."))
+    stacks = watch_stacks(con, run_id)
+    if stacks is not None:
+        summary += (f" The live watch captured the engine's stacks at {stacks.t_s:.1f} s, during "
+                    f"the stop (capture {stacks.capture_id}): {stacks.describe()}.")
     evidence = [
         Evidence("stranded_requests", {
             "stopped_at_s": _s(v["stop_ns"]), "stranded": v["stranded"],
@@ -208,12 +213,23 @@ def engine_stopped_finding(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: i
             "health_200_after_stop": e["health_200_after_stop"]}, stop.engine_sql,
             "the engine's own view: its step log and /metrics scrapes after the stop"),
     ]
+    if stacks is not None:
+        evidence.append(Evidence("stacks_during_stop", {
+            "captured_at_s": round(stacks.t_s, 3), "capture_id": stacks.capture_id,
+            **{f"{t['thread']} (pid {t['pid']})": t["at"] for t in stacks.threads[:20]}},
+            stacks.sql, "each captured thread's innermost frame outside the standard library "
+            "(the live watch's capture during the stop)"))
+    first = ([f"next step: read the stacks the live watch took during the stop, `infbench "
+              f"diagnose hang {stacks.capture_id}` (with Flight Recorder dumps: the rank behind "
+              "or mismatched, the stuck collective); the thread that should be stepping shows "
+              "what it waits on"] if stacks is not None else [
+        "next step, while the engine is still hung: the hang playbook, `infbench diagnose "
+        "hang --url URL --run RUN` (multi-rank: the rank behind or mismatched, the stuck "
+        "collective, where each rank waits; runbook playbooks/hang/hang.md); by hand:"])
     return Finding(
         "engine_stopped", "Engine stopped emitting tokens (hang)",
         0.95 if stop.confirmed_by_engine or has_steps else 0.8, "critical", summary, evidence, [
-            "next step, while the engine is still hung: the hang playbook, `infbench diagnose "
-            "hang --url URL --run RUN` (multi-rank: the rank behind or mismatched, the stuck "
-            "collective, where each rank waits; runbook playbooks/hang/hang.md); by hand:",
+            *first,
             "py-spy dump --native --pid ENGINE_PID (each worker/rank): the step loop's stack "
             "says what it waits on (a collective, a lock, a CUDA synchronize, a queue)",
             "multi-GPU: NCCL Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "

@@ -47,10 +47,10 @@ _DUMP_NAME = re.compile(r"^(?!stacks)([A-Za-z_\-.]*?)(\d+)$")
 _STACKS_NAME = re.compile(r"^stacks[_\-]?(?:rank[_\-]?)?(\d+)(?:\.(json|txt))?$")
 
 
-def _http(url: str, method: str = "GET") -> Any:
+def _http(url: str, method: str = "GET", timeout_s: float = HTTP_TIMEOUT_S) -> Any:
     req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             body = resp.read()
     except urllib.error.HTTPError as exc:
         raise CaptureError(f"{method} {url}: HTTP {exc.code} (the bundled engine answers it "
@@ -125,17 +125,19 @@ def _note_dead(cap: Capture) -> None:
             cap.notes.append(f"rank {rc.rank}: pid {rc.pid} was not running at the capture")
 
 
-def capture_url(url: str, *, stacks: bool = True, dump_wait_s: float = DUMP_WAIT_S) -> Capture:
+def capture_url(url: str, *, stacks: bool = True, dump_wait_s: float = DUMP_WAIT_S,
+                http_timeout_s: float = HTTP_TIMEOUT_S) -> Capture:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise CaptureError(f"--url {url}: expected http://HOST:PORT")
     base = url.rstrip("/")
-    world, ranks = _ranks_doc(_http(base + "/debug/ranks"), base)
+    world, ranks = _ranks_doc(_http(base + "/debug/ranks", timeout_s=http_timeout_s), base)
     cap = Capture(new_capture_id(), "url", url, [], world_size=world or len(ranks),
                   hostname=socket.gethostname())
     paths = {int(r["rank"]): Path(str(r["dump"])) for r in ranks if r.get("dump")}
     before = {r: _mtime(p) for r, p in paths.items()}
-    _http(base + "/debug/flight_recorder/dump", "POST")
+    if paths:  # an engine of one process lists no dump: its stacks are the capture
+        _http(base + "/debug/flight_recorder/dump", "POST", timeout_s=http_timeout_s)
     by_rank: dict[int, RankCapture] = {}
     for r in ranks:
         pid = r.get("pid") if isinstance(r.get("pid"), int) else None

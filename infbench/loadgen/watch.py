@@ -1,0 +1,200 @@
+"""Live watch: while the load runs, notice an incident as it happens and say so at once, so
+that evidence which disappears later (a stuck engine's stacks, its /metrics at that moment)
+can be captured while it still exists.
+
+Three triggers, each read from what the client already keeps (no work on the read path):
+- `engine_stopped`: on one target, streams are open and none has received a byte for
+  `stall_s` (every stream stopped at once: the engine, not a request);
+- `error_burst`: at least `burst_errors` requests failed within `burst_window_s`, and they
+  are at least half of the requests that ended since the first of them;
+- `replica_departs` (fleet runs): one replica's recent ITL is `depart_ratio` x its peers'
+  while it carries about the same concurrency (at equal load, so it is slower, not busier).
+
+A trigger fires once per incident: it re-arms when tokens flow again (stop), when a window
+passes without a burst, or when the replica comes back within the ratio. `on_trigger` is
+called on the event loop and must not block (the capture side hands work to a thread).
+The watcher never blocks the load loop: one tick every `tick_s` reads a few numbers; a tick
+that ran late (the client's own loop was stalled) decides nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+TRIGGERS = ("engine_stopped", "error_burst", "replica_departs")
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    stall_s: float = 1.0          # no byte on any open stream of a target for this long
+    burst_errors: int = 5         # failed requests within the window...
+    burst_window_s: float = 5.0   # ...that are at least half of those that ended in it
+    depart_ratio: float = 2.0     # a replica's ITL p50 against its peers', at equal load
+    depart_min_samples: int = 12  # finished requests per replica before comparing
+    tick_s: float = 0.1
+
+    def validate(self) -> None:
+        if not self.stall_s > 0:
+            raise ValueError(f"watch-stall: must be > 0 seconds, not {self.stall_s:g}")
+        if self.burst_errors < 1 or not self.burst_window_s > 0:
+            raise ValueError("watch: an error burst needs at least 1 error in a window > 0 s")
+        if not self.depart_ratio > 1:
+            raise ValueError(f"watch: departure ratio must be > 1, not {self.depart_ratio:g}")
+
+
+@dataclass
+class Trigger:
+    kind: str                      # one of TRIGGERS
+    at_ns: int                     # monotonic, when the watcher saw it
+    replica: str | None            # the target it concerns (None: one target, or the fleet)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        where = f" on {self.replica}" if self.replica else ""
+        d = self.detail
+        if self.kind == "engine_stopped":
+            return (f"no token on any of {d['open_streams']} open stream(s){where} for "
+                    f"{d['silent_s']:.1f} s")
+        if self.kind == "error_burst":
+            return (f"{d['errors']} of {d['ended']} requests failed within "
+                    f"{d['window_s']:g} s ({d['top_class']})")
+        return (f"{self.replica}: ITL p50 {d['itl_p50_ms']:.1f} ms vs its peers' "
+                f"{d['peers_itl_p50_ms']:.1f} ms at concurrency {d['concurrency']:.1f} vs "
+                f"{d['peers_concurrency']:.1f}")
+
+
+class LivePool(Protocol):
+    """What the watcher reads of a connection pool (`http1.Pool`)."""
+
+    live: set[Any]        # open exchanges: .body_bytes, .last_ns, .sent_ns
+    last_read_ns: int     # the last byte of any exchange that has ended
+
+
+class Watcher:
+    """Owns: its trigger list and re-arm state. Reads the pools, the live stats' error and
+    completion counters, and per replica its finished requests' (mean ITL ms, concurrency at
+    send), newest last (`LiveStats.replica_recent`); writes nothing the run records."""
+
+    def __init__(self, settings: WatchSettings, pools: Sequence[LivePool], names: Sequence[str | None],
+                 counters: Callable[[], tuple[int, int, dict[str, int]]],
+                 replica_samples: dict[str, deque[tuple[float, int]]] | None,
+                 on_trigger: Callable[[Trigger], None]) -> None:
+        self.s = settings
+        self._pools, self._names = list(pools), list(names)
+        self._counters = counters
+        self._samples = replica_samples
+        self._on_trigger = on_trigger
+        self.triggers: list[Trigger] = []
+        self._stopped = [False] * len(self._pools)
+        self._bursting = False
+        self._departed: set[str] = set()
+        self._history: deque[tuple[int, int, int, dict[str, int]]] = deque()
+        self._start_ns = 0
+
+    async def run(self) -> None:
+        self._start_ns = time.monotonic_ns()
+        tick_ns = int(self.s.tick_s * 1e9)
+        due = time.monotonic_ns()
+        while True:
+            due += tick_ns
+            await asyncio.sleep(max(due - time.monotonic_ns(), 0) / 1e9)
+            now = time.monotonic_ns()
+            if now - due > int(self.s.stall_s * 1e9 / 2):
+                due = now  # the client itself was stalled: its view of the streams is stale
+                continue
+            self.check(now)
+
+    def check(self, now: int) -> None:
+        """One look at the run (also called directly by tests with a chosen `now`)."""
+        for i, pool in enumerate(self._pools):
+            self._check_stop(i, pool, now)
+        self._check_burst(now)
+        if self._samples is not None and len(self._samples) >= 2:
+            self._check_departure(now)
+
+    def _fire(self, trig: Trigger) -> None:
+        self.triggers.append(trig)
+        self._on_trigger(trig)
+
+    def _check_stop(self, i: int, pool: LivePool, now: int) -> None:
+        live = list(pool.live)
+        streaming = [ex for ex in live if ex.body_bytes > 0]
+        progress = max([pool.last_read_ns, self._start_ns, *(ex.last_ns for ex in streaming)])
+        silent_ns = now - progress
+        stopped = bool(streaming) and silent_ns >= self.s.stall_s * 1e9
+        if stopped and not self._stopped[i]:
+            self._fire(Trigger("engine_stopped", now, self._names[i], {
+                "open_streams": len(streaming), "waiting_for_first_byte": len(live) - len(streaming),
+                "silent_s": round(silent_ns / 1e9, 3), "last_byte_ns": progress,
+                "threshold_s": self.s.stall_s}))
+        self._stopped[i] = stopped
+
+    def _check_burst(self, now: int) -> None:
+        done, errors, by_class = self._counters()
+        self._history.append((now, done, errors, dict(by_class)))
+        window_ns = int(self.s.burst_window_s * 1e9)
+        while len(self._history) > 1 and self._history[1][0] <= now - window_ns:
+            self._history.popleft()
+        t0, done0, err0, cls0 = self._history[0]
+        d_err = errors - err0
+        # Successes counted from the first of these errors on (the look before it): a window
+        # that also holds the healthy minutes before an incident must not dilute it.
+        before = next((h for h, nxt in zip(self._history, list(self._history)[1:], strict=False)
+                       if nxt[2] > err0), self._history[0])
+        d_done = done - before[1]
+        burst = d_err >= self.s.burst_errors and d_err >= d_done  # errors >= half of those ended
+        if burst and not self._bursting:
+            grown = {k: v - cls0.get(k, 0) for k, v in by_class.items() if v > cls0.get(k, 0)}
+            top = max(grown, key=lambda k: grown[k]) if grown else "unknown"
+            self._fire(Trigger("error_burst", now, None, {
+                "errors": d_err, "ended": d_err + d_done, "window_s": self.s.burst_window_s,
+                "top_class": top, "by_class": grown}))
+        self._bursting = burst
+
+    def _check_departure(self, now: int) -> None:
+        assert self._samples is not None
+        stats = {}
+        for name, recent in self._samples.items():
+            if len(recent) >= self.s.depart_min_samples:
+                itl = np.fromiter((x[0] for x in recent), float)
+                conc = np.fromiter((x[1] for x in recent), float)
+                stats[name] = (float(np.median(itl)), float(np.mean(conc)))
+        if len(stats) < 2:
+            return
+        for name, (itl, conc) in stats.items():
+            peers = [v for k, v in stats.items() if k != name]
+            p_itl = float(np.median([v[0] for v in peers]))
+            p_conc = float(np.mean([v[1] for v in peers]))
+            equal_load = p_conc > 0 and 0.5 <= conc / p_conc <= 2.0
+            departs = equal_load and p_itl > 0 and itl >= self.s.depart_ratio * p_itl
+            if departs and name not in self._departed:
+                self._departed.add(name)
+                self._fire(Trigger("replica_departs", now, name, {
+                    "itl_p50_ms": round(itl, 3), "peers_itl_p50_ms": round(p_itl, 3),
+                    "concurrency": round(conc, 2), "peers_concurrency": round(p_conc, 2),
+                    "ratio": round(itl / p_itl, 3), "threshold_ratio": self.s.depart_ratio}))
+            elif not departs and itl < self.s.depart_ratio * p_itl:
+                self._departed.discard(name)
+
+
+@dataclass
+class Watch:
+    """What `infbench run` hands the runner: the thresholds and what to do on a trigger."""
+
+    settings: WatchSettings
+    on_trigger: Callable[[Trigger], None]
+
+
+def start_watcher(watch: Watch, pools: Sequence[LivePool], names: Sequence[str | None],
+                  stats: Any, fleet: bool) -> Watcher:
+    """A watcher over the run's pools and live stats (`run_types.LiveStats`)."""
+    return Watcher(watch.settings, pools, names,
+                   lambda: (stats.done, stats.errors, stats.errors_by_class),
+                   stats.replica_recent if fleet else None, watch.on_trigger)

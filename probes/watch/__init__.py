@@ -1,0 +1,1 @@
+"""Evidence captured while an incident lasts (the live watch of `infbench run`)."""

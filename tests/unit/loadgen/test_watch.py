@@ -1,0 +1,171 @@
+"""The live watch's triggers (infbench/loadgen/watch.py), driven tick by tick on fake pools.
+
+Times are chosen per test; thresholds differ between tests so no rule fits one case only.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from infbench.loadgen.watch import Trigger, Watcher, WatchSettings
+
+S = 1_000_000_000
+
+
+@dataclass(eq=False)  # hashable by identity, as the pool's exchanges are
+class Ex:
+    body_bytes: int = 0
+    last_ns: int = 0
+
+
+@dataclass
+class FakePool:
+    live: set[Any] = field(default_factory=set)
+    last_read_ns: int = 0
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.done, self.errors, self.by_class = 0, 0, {}
+
+    def __call__(self) -> tuple[int, int, dict[str, int]]:
+        return self.done, self.errors, dict(self.by_class)
+
+
+def watcher(settings: WatchSettings, pools: list[FakePool], names: list[str | None] | None = None,
+            counters: Counters | None = None,
+            samples: dict[str, deque[tuple[float, int]]] | None = None) -> tuple[Watcher, list[Trigger]]:
+    fired: list[Trigger] = []
+    w = Watcher(settings, pools, names or [None] * len(pools), counters or Counters(), samples,
+                fired.append)
+    w._start_ns = 0
+    return w, fired
+
+
+@pytest.mark.parametrize(("stall_s", "streams"), [(1.0, 4), (0.4, 1), (2.5, 16)])
+def test_every_open_stream_silent_past_the_threshold_fires_once(stall_s: float, streams: int) -> None:
+    pool = FakePool({Ex(100, 10 * S) for _ in range(streams)})
+    w, fired = watcher(WatchSettings(stall_s=stall_s), [pool])
+    w.check(10 * S + int((stall_s - 0.05) * S))
+    assert fired == []
+    for k in range(5):  # still silent: one incident, one trigger
+        w.check(10 * S + int((stall_s + 0.1 * k) * S))
+    assert [t.kind for t in fired] == ["engine_stopped"]
+    assert fired[0].detail["open_streams"] == streams
+    assert fired[0].detail["silent_s"] == pytest.approx(stall_s, abs=1e-6)
+
+
+def test_one_stream_still_streaming_is_not_an_engine_stop() -> None:
+    # A private stall: three streams silent for 3 s, one receiving every 50 ms.
+    silent = [Ex(100, 1 * S) for _ in range(3)]
+    alive = Ex(100, 1 * S)
+    pool = FakePool(set(silent) | {alive})
+    w, fired = watcher(WatchSettings(stall_s=1.0), [pool])
+    for k in range(60):
+        now = 1 * S + k * 50_000_000
+        alive.last_ns = now
+        w.check(now)
+    assert fired == []
+
+
+def test_requests_waiting_for_a_first_byte_alone_do_not_fire() -> None:
+    # A long prefill with nothing streaming: no stream has stopped.
+    pool = FakePool({Ex(0, 0), Ex(0, 0)}, last_read_ns=2 * S)
+    w, fired = watcher(WatchSettings(stall_s=0.5), [pool])
+    w.check(9 * S)
+    assert fired == []
+
+
+def test_an_ended_stream_counts_as_progress_and_the_watch_rearms_after_tokens_flow() -> None:
+    ex = Ex(100, 5 * S)
+    pool = FakePool({ex}, last_read_ns=5_500_000_000)  # another stream ended at 5.5 s
+    w, fired = watcher(WatchSettings(stall_s=0.8), [pool])
+    w.check(6_200_000_000)
+    assert fired == []  # 0.7 s since the last byte of the ended stream
+    w.check(6_400_000_000)
+    assert len(fired) == 1
+    ex.last_ns = 7 * S  # tokens again: re-armed
+    w.check(7_100_000_000)
+    w.check(8 * S)
+    assert len(fired) == 2 and fired[1].detail["silent_s"] == pytest.approx(1.0)
+
+
+def test_each_replica_is_watched_on_its_own() -> None:
+    a, b = FakePool({Ex(10, 1 * S)}), FakePool({Ex(10, 1 * S)})
+    w, fired = watcher(WatchSettings(stall_s=1.5), [a, b], ["a", "b"])
+    for k in range(30):
+        now = 1 * S + k * 100_000_000
+        next(iter(a.live)).last_ns = now  # a streams; b is stuck
+        w.check(now)
+    assert [(t.kind, t.replica) for t in fired] == [("engine_stopped", "b")]
+
+
+@pytest.mark.parametrize(("n", "window", "errors"), [(5, 5.0, 6), (3, 2.0, 3), (10, 8.0, 14)])
+def test_error_burst_needs_n_errors_that_are_half_of_what_ended(n: int, window: float,
+                                                                errors: int) -> None:
+    c = Counters()
+    w, fired = watcher(WatchSettings(burst_errors=n, burst_window_s=window), [], counters=c)
+    t = 0
+    for _ in range(40):  # healthy: completions only
+        t += S // 4
+        c.done += 2
+        w.check(t)
+    for _ in range(errors):  # a burst, faster than the window
+        t += int(window * S / (2 * errors))
+        c.errors += 1
+        c.by_class["http_500"] = c.errors
+        w.check(t)
+    assert [x.kind for x in fired] == ["error_burst"]
+    assert fired[0].detail["errors"] >= n and fired[0].detail["top_class"] == "http_500"
+
+
+def test_errors_spread_thinly_among_successes_are_no_burst() -> None:
+    c = Counters()
+    w, fired = watcher(WatchSettings(burst_errors=5, burst_window_s=5.0), [], counters=c)
+    t = 0
+    for k in range(200):  # an error every third tick, for 50 s: 6-7 in every window
+        t += S // 4
+        c.done += 1
+        if k % 3 == 0:
+            c.errors += 1
+        w.check(t)
+    assert fired == []
+
+
+def _samples(itl: dict[str, float], conc: dict[str, int], n: int = 20) -> dict[str, deque[tuple[float, int]]]:
+    return {k: deque([(v, conc[k])] * n, maxlen=64) for k, v in itl.items()}
+
+
+@pytest.mark.parametrize(("ratio", "slow"), [(2.0, 2.6), (1.5, 1.7), (3.0, 3.4)])
+def test_a_replica_slower_than_its_peers_at_equal_load_departs(ratio: float, slow: float) -> None:
+    smp = _samples({"r0": 10.0, "r1": 10.0 * slow, "r2": 11.0}, {"r0": 4, "r1": 4, "r2": 5})
+    w, fired = watcher(WatchSettings(depart_ratio=ratio), [], samples=smp)
+    w.check(S)
+    w.check(2 * S)
+    assert [(t.kind, t.replica) for t in fired] == [("replica_departs", "r1")]
+
+
+def test_a_busier_replica_is_not_a_departure() -> None:
+    # r1 carries three times the concurrency: slower because busier, not broken.
+    smp = _samples({"r0": 10.0, "r1": 25.0}, {"r0": 2, "r1": 6})
+    w, fired = watcher(WatchSettings(depart_ratio=2.0), [], samples=smp)
+    w.check(S)
+    assert fired == []
+
+
+def test_too_few_samples_decide_nothing() -> None:
+    smp = _samples({"r0": 10.0, "r1": 50.0}, {"r0": 3, "r1": 3}, n=5)
+    w, fired = watcher(WatchSettings(depart_min_samples=12), [], samples=smp)
+    w.check(S)
+    assert fired == []
+
+
+@pytest.mark.parametrize("bad", [WatchSettings(stall_s=0), WatchSettings(burst_errors=0),
+                                 WatchSettings(depart_ratio=1.0)])
+def test_bad_settings_are_refused(bad: WatchSettings) -> None:
+    with pytest.raises(ValueError):
+        bad.validate()
