@@ -7,8 +7,9 @@ Three triggers, each read from what the client already keeps (no work on the rea
   `stall_s` (every stream stopped at once: the engine, not a request);
 - `error_burst`: at least `burst_errors` requests failed within `burst_window_s`, and they
   are at least half of the requests that ended since the first of them;
-- `replica_departs` (fleet runs): one replica's recent ITL is `depart_ratio` x its peers'
-  while it carries about the same concurrency (at equal load, so it is slower, not busier).
+- `replica_departs` (fleet runs): one replica's recent ITL median is `depart_ratio` x its
+  peers', its lower quartile above their upper quartile (apart, not one slow request), while
+  it carries about the same concurrency (at equal load, so it is slower, not busier).
 
 A trigger fires once per incident: it re-arms when tokens flow again (stop), when a window
 passes without a burst, or when the replica comes back within the ratio. `on_trigger` is
@@ -36,7 +37,7 @@ class WatchSettings:
     stall_s: float = 1.0          # no byte on any open stream of a target for this long
     burst_errors: int = 5         # failed requests within the window...
     burst_window_s: float = 5.0   # ...that are at least half of those that ended in it
-    depart_ratio: float = 2.0     # a replica's ITL p50 against its peers', at equal load
+    depart_ratio: float = 1.3     # a replica's ITL p50 against its peers', at equal load
     depart_min_samples: int = 12  # finished requests per replica before comparing
     tick_s: float = 0.1
 
@@ -160,20 +161,24 @@ class Watcher:
 
     def _check_departure(self, now: int) -> None:
         assert self._samples is not None
-        stats = {}
+        itls, concs = {}, {}
         for name, recent in self._samples.items():
             if len(recent) >= self.s.depart_min_samples:
-                itl = np.fromiter((x[0] for x in recent), float)
-                conc = np.fromiter((x[1] for x in recent), float)
-                stats[name] = (float(np.median(itl)), float(np.mean(conc)))
-        if len(stats) < 2:
+                itls[name] = np.fromiter((x[0] for x in recent), float)
+                concs[name] = float(np.mean([x[1] for x in recent]))
+        if len(itls) < 2:
             return
-        for name, (itl, conc) in stats.items():
-            peers = [v for k, v in stats.items() if k != name]
-            p_itl = float(np.median([v[0] for v in peers]))
-            p_conc = float(np.mean([v[1] for v in peers]))
+        for name, own in itls.items():
+            others = np.concatenate([v for k, v in itls.items() if k != name])
+            itl = float(np.median(own))
+            p_itl = float(np.median([np.median(v) for k, v in itls.items() if k != name]))
+            conc = concs[name]
+            p_conc = float(np.mean([v for k, v in concs.items() if k != name]))
             equal_load = p_conc > 0 and 0.5 <= conc / p_conc <= 2.0
-            departs = equal_load and p_itl > 0 and itl >= self.s.depart_ratio * p_itl
+            # Apart, not only a median ahead: its lower quartile above the peers' upper one.
+            apart = float(np.quantile(own, 0.25)) > float(np.quantile(others, 0.75))
+            departs = (equal_load and apart and p_itl > 0
+                       and itl >= self.s.depart_ratio * p_itl)
             if departs and name not in self._departed:
                 self._departed.add(name)
                 self._fire(Trigger("replica_departs", now, name, {

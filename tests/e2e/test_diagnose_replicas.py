@@ -86,6 +86,10 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout)
     fleet = summary["fleet"]
+    # The live watch saw c depart from its peers while the load ran, and took its evidence.
+    watch = summary.get("watch") or []
+    assert [(w["kind"], w["replica"]) for w in watch] == [("replica_departs", "c")], watch
+    assert "/metrics of c" in watch[0]["captured"] and "stacks" in watch[0]["captured"], watch
     assert [r["name"] for r in fleet["replicas"]] == ["a", "b", "c"]
     assert [r["requests_sent"] for r in fleet["replicas"]] == [50, 50, 50]  # round robin
     assert fleet["fleet"]["requests_sent"] == 150
@@ -139,6 +143,7 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
 def test_twice_the_load_is_busier_not_slower(shared_run: dict) -> None:
     sent = [r["requests_sent"] for r in shared_run["summary"]["fleet"]["replicas"]]
     assert sent == [75, 38, 37]  # 2:1:1 dealt smoothly (a b a c ...; 150 is not a multiple of 4)
+    assert not shared_run["summary"].get("watch")  # busier is no departure: no live trigger
     diag = _diagnose_here(shared_run["db"])
     assert [f["verdict"] for f in diag["findings"]] == ["replica_busier"]
     assert diag["findings"][0]["title"].startswith("Replica x ")
@@ -146,8 +151,9 @@ def test_twice_the_load_is_busier_not_slower(shared_run: dict) -> None:
 
 def test_healthy_fleet_has_no_finding(engines: dict[str, EngineProcess], tmp_path: Path) -> None:
     db = tmp_path / "healthy.duckdb"
-    _fleet_run(db, {"x": engines["h1"], "y": engines["h2"], "z": engines["h3"]},
-               "--route", "least-outstanding")
+    summary = _fleet_run(db, {"x": engines["h1"], "y": engines["h2"], "z": engines["h3"]},
+                         "--route", "least-outstanding")
+    assert not summary.get("watch"), summary.get("watch")  # no false alarm from the live watch
     diag = _diagnose_here(db)
     assert diag["findings"] == [], [f["title"] for f in diag["findings"]]
     assert len(diag["context"]["replicas"]) == 3

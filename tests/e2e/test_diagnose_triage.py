@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from tests.e2e.engine_process import running_engine
@@ -53,9 +54,27 @@ def test_periodic_stall_is_the_headline_with_its_share_of_the_tail(tmp_path: Pat
     assert all(m["source"] != "engine_steps" for m in doc["context"]["missing_data"])
 
 
-def test_hung_engine_is_engine_stopped_and_names_the_missing_capture(tmp_path: Path) -> None:
+def test_hung_engine_is_engine_stopped_with_the_stacks_the_live_watch_took(tmp_path: Path) -> None:
+    db = tmp_path / "hw.duckdb"
+    _run(db, *_closed(14, 5, "uniform:50:110", "70"), "--timeout", "4",
+         engine=("--fault", "hang:at_step=120"), expect_rc=1)
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "engine_stopped", head
+    # One command: the capture taken during the stop is linked, so the hang playbook ran and
+    # the stop names where the engine's step thread was.
+    assert "hang" in doc["context"]["playbooks_run"], doc["context"]["playbooks_run"]
+    assert all(m["source"] != "hang_captures" for m in doc["context"]["missing_data"])
+    stopped = next(f for f in doc["findings"] if f["verdict"] == "engine_stopped")
+    assert "The live watch captured the engine's stacks" in stopped["summary"], stopped["summary"]
+    stacks = next(e["values"] for e in stopped["evidence"] if e["name"] == "stacks_during_stop")
+    assert any(k.startswith("engine-step-loop") and "Engine._hang" in v for k, v in stacks.items()), stacks
+    assert stopped["next_actions"][0].startswith("next step: read the stacks"), stopped["next_actions"]
+
+
+def test_hung_engine_without_the_watch_names_the_missing_capture(tmp_path: Path) -> None:
     db = tmp_path / "h.duckdb"
-    _run(db, *_closed(10, 4, "uniform:70:130", "90"), "--timeout", "3",
+    _run(db, *_closed(10, 4, "uniform:70:130", "90"), "--timeout", "3", "--no-watch",
          engine=("--fault", "hang:at_step=150"), expect_rc=1)
     rc, doc = _triage(db)
     head = _head(doc)
@@ -109,6 +128,11 @@ def test_healthy_run_is_no_problem_found_with_exit_0(tmp_path: Path, neighbour: 
     r = infbench("diagnose", "last", "--db", str(db), timeout=180)
     assert r.returncode == 0, r.stdout[-3000:]
     assert "headline: no problem found" in r.stdout
+    con = duckdb.connect(str(db), read_only=True)
+    try:  # and the live watch raised no false alarm
+        assert con.execute("SELECT count(*) FROM watch_triggers").fetchone() == (0,)
+    finally:
+        con.close()
     rc, doc = _triage(db)
     assert rc == 0 and all(f["severity"] == "info" for f in doc["findings"]), doc["findings"]
 
