@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from infbench.loadgen.arrivals import Arrivals  # noqa: E402
 from infbench.loadgen.client import run_timed  # noqa: E402
 from infbench.loadgen.lengths import LengthDist  # noqa: E402
+from infbench.loadgen.watch import Watch, WatchSettings  # noqa: E402
 from infbench.loadgen.runner import Runner, RunSettings  # noqa: E402
 from infbench.loadgen.workloads import Synthetic, TokenModel  # noqa: E402
 from infbench.store import BatchWriter, create_run, open_store  # noqa: E402
@@ -142,7 +143,7 @@ async def vllm_style_reader(url: str, streams: int, per_stream: int, tokens: int
 
 # -- infbench: full path, every chunk recorded into DuckDB ---------------------------------
 def infbench_client(url: str, streams: int, requests: int, tokens: int, input_tokens: int = 16,
-                    metrics_bind: tuple[str, int] | None = None) -> dict[str, float]:
+                    metrics_bind: tuple[str, int] | None = None, watch: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         con = open_store(Path(d) / "b.duckdb")
         t0 = time.monotonic_ns()
@@ -153,7 +154,9 @@ def infbench_client(url: str, streams: int, requests: int, tokens: int, input_to
                                arrivals=Arrivals("closed", concurrency=streams), num_requests=requests,
                                metrics_bind=metrics_bind)
         wl = Synthetic(LengthDist.parse(str(input_tokens), "in"), LengthDist.parse(str(tokens), "out"), TokenModel())
-        runner = Runner(settings, wl, writer, t0)
+        fired: list[object] = []
+        runner = Runner(settings, wl, writer, t0,
+                        watch=Watch(WatchSettings(), fired.append) if watch else None)
         cpu0 = time.process_time()
         t = time.perf_counter()
         run_timed(runner.run())
@@ -166,7 +169,8 @@ def infbench_client(url: str, streams: int, requests: int, tokens: int, input_to
         ttft = con.execute("SELECT quantile_cont(ttft_ms, [0.5, 0.99]) FROM request_latency").fetchone()[0]
         con.close()
     return {"wall_s": wall, "cpu_s": cpu, "chunks": n_chunks, "content_chunks": n_content, "requests": n_req,
-            "errors": bad, "coalesced": coalesced, "ttft_p50": ttft[0], "ttft_p99": ttft[1]}
+            "errors": bad, "coalesced": coalesced, "ttft_p50": ttft[0], "ttft_p99": ttft[1],
+            "triggers": len(fired)}
 
 
 def ceiling(streams: int, tokens: int, per_stream: int, burst: int, rounds: int = 5) -> list[str]:
@@ -290,6 +294,41 @@ def exposition_overhead(streams: int, tokens: int, per_stream: int, rounds: int 
     cpu = np.median([r["on"]["cpu_s"] / r["off"]["cpu_s"] for r in rows])
     out.append(f"\nMedian throughput ratio on/off **{np.median(ratios):.3f}** "
                f"(min {min(ratios):.3f}, max {max(ratios):.3f}); median CPU-seconds ratio {cpu:.3f}.\n")
+    return out
+
+
+def watch_overhead(streams: int, tokens: int, per_stream: int, rounds: int = 8) -> list[str]:
+    """The live watch (`infbench run`'s default) on and off, in alternating order round by
+    round, against the same server: its ticks read the pools' open exchanges and counters."""
+    n_req = streams * per_stream
+    rows = []
+    with sse_server("--burst", "1") as url:
+        asyncio.run(bare_reader(url, streams, 1, tokens))  # warm the server
+        for i in range(rounds):
+            result = {}
+            for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                result[mode] = infbench_client(url, streams, n_req, tokens, watch=mode == "on")
+            rows.append(result)
+    out = [f"### Live watch on and off: {streams} streams x {tokens} tokens, {n_req} requests per run, "
+           "server writes 1 event per stream between yields
+",
+           "Alternating order round by round; the watch ticks every 0.1 s (engine stop, error "
+           "burst; no trigger fires against this healthy server).
+",
+           "| round | off: content chunks/s | on: content chunks/s | on/off | off: CPU s | on: CPU s | "
+           "triggers |", "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ratios, cpu = [], []
+    for i, r in enumerate(rows, 1):
+        off, on = r["off"], r["on"]
+        a, b = off["content_chunks"] / off["wall_s"], on["content_chunks"] / on["wall_s"]
+        ratios.append(b / a)
+        cpu.append(on["cpu_s"] / off["cpu_s"])
+        out.append(f"| {i} | {a:,.0f} | {b:,.0f} | {b / a:.3f} | {off['cpu_s']:.2f} | {on['cpu_s']:.2f} | "
+                   f"{on['triggers']:.0f} |")
+    out.append(f"
+Median throughput ratio on/off **{np.median(ratios):.3f}** "
+               f"(min {min(ratios):.3f}, max {max(ratios):.3f}); median CPU-seconds ratio "
+               f"{np.median(cpu):.3f}.\n")
     return out
 
 
@@ -454,6 +493,8 @@ def main() -> None:
     p.add_argument("--only-timing", action="store_true", help="only the TTFT/ITL sections (use with --out)")
     p.add_argument("--only-exposition", action="store_true",
                    help="only the live exposition on/off comparison (use with --out)")
+    p.add_argument("--only-watch", action="store_true",
+                   help="only the live watch on/off comparison (use with --out)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/client_ceiling.md")
     args = p.parse_args()
     per_stream = 4 if args.quick else 24
@@ -482,7 +523,12 @@ def main() -> None:
         title = "# Client ceiling with the live exposition (--metrics-port) on and off"
         sections = [lambda: exposition_unit_costs(128), lambda: exposition_overhead(64, 128, per_stream)]
         lines[0] = title
-    if not args.skip_memory and not args.only_timing and not args.only_exposition:
+    if args.only_watch:
+        lines[0] = "# Client ceiling with the live watch on and off"
+        sections = [lambda: watch_overhead(64, 128, per_stream)]
+    else:
+        sections.append(lambda: watch_overhead(64, 128, per_stream))
+    if not args.skip_memory and not (args.only_timing or args.only_exposition or args.only_watch):
         sections.append(lambda: memory([100_000, 500_000] if args.quick else [1_000_000, 5_000_000]))
     for section in sections:
         part = section()

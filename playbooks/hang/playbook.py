@@ -25,7 +25,7 @@ from playbooks.hang.findings import (
     missing_rank_finding,
     stacks_only_finding,
 )
-from playbooks.hang.load import RANKS_SQL, load_capture
+from playbooks.hang.load import RANKS_SQL, StoredCapture, load_capture
 from playbooks.hang.progress import GroupProgress, group_progress
 from playbooks.hang.waits import rank_waits
 from playbooks.sql import render
@@ -71,6 +71,10 @@ def diagnose_hang(con: duckdb.DuckDBPyConnection, capture_ref: str,
         checks.append("no dumps: stacks alone" + (f" -> {f.verdict}" if f else ": nothing stands out"))
         if f:
             diag.findings.append(f)
+    window = _capture_window(con, cap, max((g.max_wait_s or 0.0 for g in groups), default=0.0))
+    for f in diag.findings:
+        if window is not None and not f.scope:
+            f.scope = {"windows_s": window}
     diag.context = {
         "capture_id": cap.capture_id, "capture_source": cap.source, "capture_target": cap.target,
         "order_of_checks": checks,
@@ -84,6 +88,28 @@ def diagnose_hang(con: duckdb.DuckDBPyConnection, capture_ref: str,
                   for r, info in sorted(cap.ranks.items())],
     }
     return diag
+
+
+CAPTURE_TIME_SQL = """
+SELECT r.t0_unix_ns,
+       (SELECT max(greatest(coalesce(h.dumped_at_ns, 0), coalesce(h.stacks_at_ns, 0)))
+        FROM hang_ranks h WHERE h.capture_id = $capture_id) AS taken_ns
+FROM runs r WHERE r.run_id = $run_id
+"""
+
+
+def _capture_window(con: duckdb.DuckDBPyConnection, cap: StoredCapture,
+                    waited_s: float) -> list[list[float]] | None:
+    """When, on the linked run's axis, what the capture shows was happening: from the start
+    of the longest pending wait to the capture (so the triage joins it with what the client
+    saw at those seconds). None without a linked run or times."""
+    if not cap.run_id:
+        return None
+    row = con.execute(render(CAPTURE_TIME_SQL, capture_id=cap.capture_id, run_id=cap.run_id)).fetchone()
+    if not row or row[0] is None or not row[1]:
+        return None
+    at = (int(row[1]) - int(row[0])) / 1e9
+    return [[round(max(at - waited_s, 0.0), 3), round(at, 3)]]
 
 
 def _group(diag: Diagnosis, g: GroupProgress, cid: str, waits: dict, progress_sql: str,

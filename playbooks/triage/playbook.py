@@ -110,7 +110,7 @@ def diagnose_all(con: duckdb.DuckDBPyConnection, run_ref: str,
     stored = {id(f): i for i, f in enumerate(diag.sorted_findings())}
     top = next((r for r in ranked if r.severity != "info"), None)
     diag.context = {
-        "headline": _headline(top, found),
+        "headline": _headline(top, found, _cause_of(top, ranked)),
         "ranked": [{"rank": r.index + 1, "playbook": r.playbook, "verdict": r.verdict,
                     "severity": r.severity, "confidence": r.confidence, "damage": r.damage,
                     "incident": r.incident, "title": found[r.index][1].title,
@@ -129,7 +129,22 @@ def diagnose_all(con: duckdb.DuckDBPyConnection, run_ref: str,
     return Triage(diag, done)
 
 
-def _headline(top: Ranked | None, found: list[tuple[str, Finding, dict[str, Any] | None]]) -> dict[str, Any]:
+# What the client sees of an incident, not why: when one of these leads an incident that
+# another playbook's finding (a rank behind, a throttled GPU, a full KV pool) joins at the same
+# seconds, the headline names that cause, with the damage the symptom measured.
+SYMPTOMS = {"engine_stopped", "engine_wide_stall", "periodic_engine_stall", "preemption_stall",
+            "private_stall", "replica_slower"}
+
+
+def _cause_of(top: Ranked | None, ranked: list[Ranked]) -> Ranked | None:
+    if top is None or top.verdict not in SYMPTOMS or top.incident is None:
+        return None
+    return next((r for r in ranked if r.incident == top.incident and r.playbook != top.playbook
+                 and r.verdict not in SYMPTOMS and r.severity != "info"), None)
+
+
+def _headline(top: Ranked | None, found: list[tuple[str, Finding, dict[str, Any] | None]],
+              cause: Ranked | None = None) -> dict[str, Any]:
     if top is None:
         return {"text": NO_PROBLEM, "verdict": None, "playbook": None, "severity": "info"}
     f, dmg = found[top.index][1], top.damage
@@ -139,5 +154,10 @@ def _headline(top: Ranked | None, found: list[tuple[str, Finding, dict[str, Any]
             ("itl_p99_share", "p99 token gaps"), ("ttft_p99_share", "p99 TTFTs"),
             ("lost_share", "requests (lost)")) if dmg.get(k)]
         owns = f" (owns {', '.join(parts)})" if parts else ""
+    if cause is not None:
+        c = found[cause.index][1]
+        return {"text": f"{c.title}; what users saw: {f.title[0].lower()}{f.title[1:]}{owns}",
+                "verdict": c.verdict, "playbook": cause.playbook, "severity": f.severity,
+                "damage": dmg, "symptom": {"verdict": f.verdict, "playbook": top.playbook}}
     return {"text": f"{f.title}{owns}", "verdict": f.verdict, "playbook": top.playbook,
             "severity": f.severity, "damage": dmg}

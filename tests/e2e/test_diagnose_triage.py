@@ -161,3 +161,28 @@ def test_throttled_replica_in_a_fleet_is_the_headline(tmp_path: Path) -> None:
     slower = next(r for r in doc["context"]["ranked"] if r["verdict"] == "replica_slower")
     assert doc["findings"][slower["finding"]]["scope"] == {"replica": "hot"}
     assert "memory" in doc["context"]["playbooks_skipped"]  # one engine's ledger only
+
+
+def test_hang_on_a_rank_names_the_rank_as_the_cause_of_the_stop(tmp_path: Path) -> None:
+    """Two ranks (torch executor, gloo), rank 1 hangs before a step's broadcast. The live
+    watch captures both ranks' Flight Recorder dumps and stacks during the stop; the triage
+    joins the hang playbook's finding with the client's stop by their seconds, and the
+    headline names the rank, with the requests the stop stranded."""
+    pytest.importorskip("torch")
+    db, dumps = tmp_path / "tp.duckdb", tmp_path / "dumps"
+    dumps.mkdir()
+    engine = [f"--engine-arg={a}" for a in (
+        "--executor", "torch", "--tensor-parallel-size", "2", "--dump-dir", str(dumps),
+        "--collective-timeout-s", "4", "--fault", "hang:rank=1,at_step=33")]
+    r = infbench("run", "--db", str(db), "--quiet", *_closed(9, 3, "28", "20"), "--timeout", "12",
+                 *engine, timeout=400)
+    assert r.returncode == 1, r.stderr[-2000:]
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "rank_behind" and head["playbook"] == "hang", head
+    assert head["symptom"] == {"verdict": "engine_stopped", "playbook": "stalls"}, head
+    assert head["text"].startswith("Rank 1 is behind") and "requests (lost)" in head["text"], head
+    behind = next(f for f in doc["findings"] if f["verdict"] == "rank_behind")
+    assert behind["scope"]["windows_s"], behind["scope"]
+    (inc,) = [i for i in doc["context"]["incidents"] if "rank_behind" in i["members"]]
+    assert "engine_stopped" in inc["members"], doc["context"]["incidents"]

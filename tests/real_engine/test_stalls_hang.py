@@ -121,9 +121,10 @@ def test_engine_core_frozen_is_engine_stopped_while_health_says_200(
     t.start()
     try:
         # 5 s without an answer times a request out; the engine stays frozen until the run ends
+        # The live watch reads the stacks of the API server and the EngineCore during the stop.
         _record(vllm, db, "--arrival", "closed", "--concurrency", "4", "--num-requests", "60",
                 "--input-tokens", "200", "--output-tokens", "96", "--timeout", "5",
-                expect_rc=1)
+                "--engine-pid", str(vllm.proc.pid), "--engine-pid", str(pid), expect_rc=1)
     finally:
         t.join(timeout=10)
         os.kill(pid, signal.SIGCONT)
@@ -149,7 +150,21 @@ def test_engine_core_frozen_is_engine_stopped_while_health_says_200(
     triage = json.loads(r.stdout)["context"]
     assert triage["headline"]["verdict"] == "engine_stopped", triage["headline"]
     assert triage["headline"]["damage"]["requests_lost"] >= 4, triage["headline"]
-    assert any(m["source"] == "hang_captures" and m["relevant"] for m in triage["missing_data"])
+    # ... and the capture the live watch took during the stop, so no second command is needed:
+    # py-spy read the frozen EngineCore's threads (a stopped process's memory still reads).
+    assert "hang" in triage["playbooks_run"], triage["playbooks_run"]
+    assert not any(m["source"] == "hang_captures" for m in triage["missing_data"])
+    con = duckdb.connect(str(db), read_only=True)
+    (kind, t_s, cap), = con.execute("SELECT kind, t_s, hang_capture_id FROM watch_triggers").fetchall()
+    ranks = dict(con.execute("SELECT pid, stack_status FROM hang_ranks WHERE capture_id = ?",
+                             [cap]).fetchall())
+    core_frames = con.execute("SELECT count(*), count(*) FILTER (filename LIKE '%vllm%') FROM "
+                              "hang_stacks WHERE capture_id = ? AND pid = ?", [cap, pid]).fetchone()
+    con.close()
+    assert kind == "engine_stopped" and ranks == {vllm.proc.pid: "ok", pid: "ok"}, (kind, ranks)
+    assert core_frames[0] > 0 and core_frames[1] > 0, core_frames
+    stopped = next(f for f in json.loads(r.stdout)["findings"] if f["verdict"] == "engine_stopped")
+    assert "The live watch captured the engine's stacks" in stopped["summary"], stopped["summary"]
     # the server serves again once resumed
     _record(vllm, tmp_path / "after.duckdb", "--num-requests", "4", "--concurrency", "2",
             "--input-tokens", "64", "--output-tokens", "8")
