@@ -48,8 +48,8 @@ sys.path.insert(0, str(ROOT))
 from infbench.loadgen.arrivals import Arrivals  # noqa: E402
 from infbench.loadgen.client import run_timed  # noqa: E402
 from infbench.loadgen.lengths import LengthDist  # noqa: E402
-from infbench.loadgen.watch import Watch, WatchSettings  # noqa: E402
 from infbench.loadgen.runner import Runner, RunSettings  # noqa: E402
+from infbench.loadgen.watch import Watch, WatchSettings  # noqa: E402
 from infbench.loadgen.workloads import Synthetic, TokenModel  # noqa: E402
 from infbench.store import BatchWriter, create_run, open_store  # noqa: E402
 from tests.support.process import sse_server  # noqa: E402
@@ -310,11 +310,9 @@ def watch_overhead(streams: int, tokens: int, per_stream: int, rounds: int = 8) 
                 result[mode] = infbench_client(url, streams, n_req, tokens, watch=mode == "on")
             rows.append(result)
     out = [f"### Live watch on and off: {streams} streams x {tokens} tokens, {n_req} requests per run, "
-           "server writes 1 event per stream between yields
-",
+           "server writes 1 event per stream between yields\n",
            "Alternating order round by round; the watch ticks every 0.1 s (engine stop, error "
-           "burst; no trigger fires against this healthy server).
-",
+           "burst; no trigger fires against this healthy server).\n",
            "| round | off: content chunks/s | on: content chunks/s | on/off | off: CPU s | on: CPU s | "
            "triggers |", "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     ratios, cpu = [], []
@@ -325,8 +323,7 @@ def watch_overhead(streams: int, tokens: int, per_stream: int, rounds: int = 8) 
         cpu.append(on["cpu_s"] / off["cpu_s"])
         out.append(f"| {i} | {a:,.0f} | {b:,.0f} | {b / a:.3f} | {off['cpu_s']:.2f} | {on['cpu_s']:.2f} | "
                    f"{on['triggers']:.0f} |")
-    out.append(f"
-Median throughput ratio on/off **{np.median(ratios):.3f}** "
+    out.append(f"\nMedian throughput ratio on/off **{np.median(ratios):.3f}** "
                f"(min {min(ratios):.3f}, max {max(ratios):.3f}); median CPU-seconds ratio "
                f"{np.median(cpu):.3f}.\n")
     return out

@@ -32,7 +32,6 @@ from infbench.loadgen.client import RawResponse, make_pool, stream_post
 from infbench.loadgen.exposition import LiveExposition
 from infbench.loadgen.fleet import Replica, Router
 from infbench.loadgen.health import HealthMonitor, HealthSample
-from infbench.loadgen.watch import Watch, Watcher, start_watcher
 from infbench.loadgen.pacer import Pacer
 from infbench.loadgen.recorder import Recorder
 from infbench.loadgen.run_rows import RunRows
@@ -40,6 +39,7 @@ from infbench.loadgen.run_types import LiveStats, RunOutcome, RunSettings
 from infbench.loadgen.scrape import ScrapeGroup
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.sizing import Sizer
+from infbench.loadgen.watch import Watch, Watcher, start_watcher
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
 from infbench.loadgen.workloads.prompts import TokenModel
 from infbench.store.writer import BatchWriter

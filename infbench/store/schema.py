@@ -127,7 +127,6 @@ import pyarrow as pa
 from infbench.store.config_schema import CONFIG_DDL, CONFIG_MIGRATION_DESCRIPTION
 from infbench.store.gpu_schema import GPU_DDL, GPU_MIGRATION_DESCRIPTION
 from infbench.store.hang_schema import HANG_DDL, HANG_MIGRATION_DESCRIPTION
-from infbench.store.watch_schema import WATCH_DDL, WATCH_MIGRATION_DESCRIPTION
 from infbench.store.links_schema import LINKS_DDL, LINKS_MIGRATION_DESCRIPTION
 from infbench.store.memory_schema import (
     MEMORY_DDL,
@@ -137,6 +136,7 @@ from infbench.store.memory_schema import (
 from infbench.store.prometheus_schema import PROMETHEUS_DDL, PROMETHEUS_MIGRATION_DESCRIPTION
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
 from infbench.store.views import VIEWS_V1, VIEWS_V4
+from infbench.store.watch_schema import WATCH_DDL, WATCH_MIGRATION_DESCRIPTION
 from infbench.store.workers_schema import WORKERS_DDL, WORKERS_MIGRATION_DESCRIPTION
 
 # Column lists are the single source of truth: the DDL and the Arrow schema used by the

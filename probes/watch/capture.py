@@ -18,6 +18,7 @@ been stored (`probes/watch/store.py`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 import time
 import urllib.error
@@ -156,10 +157,9 @@ class IncidentCapturer:
         """Wait (bounded) for the captures under way; the records, in trigger order."""
         deadline = time.monotonic() + timeout_s
         for fut in self._futures:
-            try:
+            # _capture keeps its own failures; a timeout leaves the record as far as it got
+            with contextlib.suppress(Exception):
                 fut.result(timeout=max(deadline - time.monotonic(), 0.0))
-            except Exception:  # noqa: BLE001 - _capture keeps its own failures; a timeout here
-                pass           # leaves the record as far as it got
         self._pool.shutdown(wait=False, cancel_futures=True)
         return self.records
 
