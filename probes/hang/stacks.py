@@ -26,6 +26,7 @@ from typing import Any
 
 PYSPY_TIMEOUT_S = 20.0
 _PERMISSION = re.compile(r"permission denied|operation not permitted|ptrace|EPERM", re.I)
+_SUSPEND = re.compile(r"failed to suspend process", re.I)
 _GONE = re.compile(r"no such process|check that the process is running", re.I)
 _FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")
 _FH_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
@@ -148,6 +149,11 @@ def pyspy_dump(pid: int, timeout_s: float = PYSPY_TIMEOUT_S) -> Stacks:
     try:
         out = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True,
                              text=True, timeout=timeout_s, check=False)
+        if out.returncode != 0 and _SUSPEND.search(out.stderr or ""):
+            # A process stopped already (SIGSTOP, a debugger) with several threads cannot be
+            # suspended again: read its memory without suspending it; it is not moving anyway.
+            out = subprocess.run([exe, "dump", "--nonblocking", "--pid", str(pid), "--json"],
+                                 capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return Stacks("failed", "py-spy", error=f"py-spy dump of pid {pid} took over {timeout_s:g} s")
     if out.returncode == 0:

@@ -61,6 +61,22 @@ def test_pyspy_reads_every_thread_innermost_first(child) -> None:
 
 
 @needs_pyspy
+def test_a_stopped_process_with_threads_is_read_without_suspending_it(child) -> None:
+    # A frozen engine (SIGSTOP, as the real-engine tests freeze vLLM's EngineCore) cannot be
+    # suspended again by py-spy ("Failed to suspend process"); its memory still reads.
+    pid, _ = child
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        s = st.pyspy_dump(pid)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert s.status == "ok", s.error
+    assert {t.name for t in s.threads} >= {"MainThread", "helper"}
+    main = next(t for t in s.threads if t.name == "MainThread")
+    assert "blocked_in_a_named_function" in [f.function for f in main.frames]
+
+
+@needs_pyspy
 def test_faulthandler_thread_ids_are_pyspys_and_the_latest_dump_wins(child) -> None:
     pid, out = child
     first = st.faulthandler_via_signal(pid, out, signal.SIGUSR2)
