@@ -297,6 +297,43 @@ def exposition_overhead(streams: int, tokens: int, per_stream: int, rounds: int 
     return out
 
 
+def watch_unit_cost(streams: int = 256, ticks: int = 20000) -> list[str]:
+    """CPU of one watch tick in this process: `streams` open exchanges on one pool, the error
+    history of a full burst window, 3 replicas' samples for the departure check."""
+    from collections import deque as _deque
+
+    from infbench.loadgen.http1_conn import Exchange
+    from infbench.loadgen.watch import Watcher
+
+    class _Pool:
+        def __init__(self) -> None:
+            self.live = set()
+            for _ in range(streams):
+                ex = Exchange()
+                ex.body_bytes, ex.last_ns = 100, time.monotonic_ns()
+                self.live.add(ex)
+            self.last_read_ns = time.monotonic_ns()
+
+    pool = _Pool()
+    counts = [0, 0, {}]
+    samples = {f"r{i}": _deque([(10.0 + i, 4)] * 64, maxlen=64) for i in range(3)}
+    out = []
+    for fleet in (False, True):
+        w = Watcher(WatchSettings(), [pool], [None], lambda: (counts[0], counts[1], counts[2]),
+                    samples if fleet else None, lambda t: None)
+        w._start_ns = time.monotonic_ns()
+        now = time.monotonic_ns()
+        c = time.process_time()
+        for k in range(ticks):
+            counts[0] += 3
+            w.check(now + k * 100_000_000)
+        per = (time.process_time() - c) / ticks
+        out.append(f"One watch tick{' with the fleet departure check (3 replicas)' if fleet else ''}: "
+                   f"**{per * 1e6:.1f} us** CPU ({streams} open streams; mean of {ticks} ticks); at 10 "
+                   f"ticks a second, {per * 10 * 100:.3f}% of one core.\n")
+    return out
+
+
 def watch_overhead(streams: int, tokens: int, per_stream: int, rounds: int = 8) -> list[str]:
     """The live watch (`infbench run`'s default) on and off, in alternating order round by
     round, against the same server: its ticks read the pools' open exchanges and counters."""
@@ -522,9 +559,9 @@ def main() -> None:
         lines[0] = title
     if args.only_watch:
         lines[0] = "# Client ceiling with the live watch on and off"
-        sections = [lambda: watch_overhead(64, 128, per_stream)]
+        sections = [lambda: watch_unit_cost(), lambda: watch_overhead(64, 128, per_stream)]
     else:
-        sections.append(lambda: watch_overhead(64, 128, per_stream))
+        sections += [lambda: watch_unit_cost(), lambda: watch_overhead(64, 128, per_stream)]
     if not args.skip_memory and not (args.only_timing or args.only_exposition or args.only_watch):
         sections.append(lambda: memory([100_000, 500_000] if args.quick else [1_000_000, 5_000_000]))
     for section in sections:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 TRIGGERS = ("engine_stopped", "error_burst", "replica_departs")
+_DEPART_EVERY_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Watcher:
         self._departed: set[str] = set()
         self._history: deque[tuple[int, int, int, dict[str, int]]] = deque()
         self._start_ns = 0
+        self._depart_checked_ns = -_DEPART_EVERY_NS
 
     async def run(self) -> None:
         self._start_ns = time.monotonic_ns()
@@ -117,7 +119,10 @@ class Watcher:
         for i, pool in enumerate(self._pools):
             self._check_stop(i, pool, now)
         self._check_burst(now)
-        if self._samples is not None and len(self._samples) >= 2:
+        # Finished requests change the replicas' samples slowly: compare them once a second.
+        if (self._samples is not None and len(self._samples) >= 2
+                and now - self._depart_checked_ns >= _DEPART_EVERY_NS):
+            self._depart_checked_ns = now
             self._check_departure(now)
 
     def _fire(self, trig: Trigger) -> None:
