@@ -54,7 +54,8 @@ CASES: dict[str, tuple[list[str], set[str], list[tuple[str, ...]] | None]] = {
         {"periodic_engine_stall", "engine_wide_stall"}, None),
     "slow device x1.9": (
         [*closed(28, 7, "uniform:120:260", "110"), *engine("--fault", "slow-device:factor=1.9")],
-        {"uniform_slowdown"}, None),
+        # the stalls playbook's name for it, or the mbu playbook's (a device below its bandwidth)
+        {"uniform_slowdown", "decode_mbu"}, None),
     "memory growth 1.3 MB/request": (
         [*closed(210, 11, "76", "26"), *engine("--fault", "memory-growth:bytes_per_request=1310720")],
         {"memory_growth_per_request"}, None),
@@ -65,7 +66,8 @@ CASES: dict[str, tuple[list[str], set[str], list[tuple[str, ...]] | None]] = {
         [*closed(8, 2, "30", "18"), "--timeout", "12", "--quiet",
          *[f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
                                           "--collective-timeout-s", "4", "--fault", "hang:rank=1,at_step=29")]],
-        {"rank_behind"}, None),
+        # without --dump-dir the capture holds stacks only: rank 1 named outside the collective
+        {"rank_behind", "rank_outside_collective"}, None),
     "slow link to rank 1 of 2 x3 (torch, gloo)": (
         [*closed(8, 2, "30", "40"),
          *[f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
@@ -144,8 +146,9 @@ def main() -> None:
                 if not expect:
                     healthy += 1
                     alarms += not ok
+                text = str(r.get("text") or "").replace("|", "/")
                 rows.append(f"| {name} | {', '.join(sorted(expect)) or 'no problem found'} | "
-                            f"{r['verdict'] or 'no problem found'} | {'yes' if ok else '**no**'} | "
+                            f"{r['verdict'] or 'no problem found'}: {text} | {'yes' if ok else '**no**'} | "
                             f"{', '.join(r['watch']) or '-'} | {r['took']:.0f} |")
                 print(rows[-1], flush=True)
     lines = ["# Triage: the headline against the injected cause", "",
