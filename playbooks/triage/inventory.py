@@ -29,11 +29,12 @@ SELECT (SELECT count(*) FROM requests WHERE run_id = $run_id) AS requests,
        (SELECT count(*) FROM client_samples WHERE run_id = $run_id) AS client_samples,
        (SELECT count(*) FROM hang_captures WHERE run_id = $run_id) AS hang_captures,
        (SELECT count(*) FROM startup_logs WHERE run_id = $run_id) AS startup_logs,
-       (SELECT count(*) FROM traces WHERE run_id = $run_id) AS traces
+       (SELECT count(*) FROM traces WHERE run_id = $run_id) AS traces,
+       (SELECT count(*) FROM configs WHERE run_id = $run_id) AS configs
 """
 _COUNTS = ("requests", "content_chunks", "replicas", "engine_steps", "metric_samples",
            "memory_samples", "gpu_samples", "client_samples", "hang_captures", "startup_logs",
-           "traces")
+           "traces", "configs")
 
 # source -> (the question it settles, verdicts that leave that question open)
 QUESTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -55,6 +56,9 @@ QUESTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hang_captures": ("a hang capture taken while the engine was stuck (`infbench diagnose hang "
                       "--url URL --run RUN`) would name the rank and the collective it waits on",
                       ("engine_stopped",)),
+    "configs": ("the engine's configuration (`infbench config capture --run RUN`, or a target "
+                "that exposes it) would say which setting capped the batch or the context",
+                ("private_stall", "preemption_stall", "ttft_outside_engine")),
     "startup_logs": ("the engine's start-up log (`infbench diagnose startup LOG --run RUN`) would "
                      "show its KV pool size and where its memory went",
                      ("kv_cache_exhausted", "preemption_stall", "memory_growth_per_request")),
@@ -100,6 +104,9 @@ def take_inventory(con: duckdb.DuckDBPyConnection, run_id: str, config: dict[str
     _choose(inv, "replicas", inv.fleet, f"a fleet of {c['replicas']} replicas", "one target")
     _choose(inv, "hang", c["hang_captures"] > 0, "a hang capture is linked", "no hang capture linked")
     _choose(inv, "startup", c["startup_logs"] > 0, "a start-up log is linked", "no start-up log linked")
+    _choose(inv, "config", c["configs"] > 0 and not inv.fleet, "the engine's configuration is linked",
+            "a fleet run (the config playbook reads one engine's)" if inv.fleet and c["configs"]
+            else "no configuration linked")
     return inv
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import duckdb
 
 from infbench.store import StoreError, get_run
+from playbooks.config import ConfigOptions, diagnose_config
 from playbooks.findings import SEVERITIES, Diagnosis, Finding
 from playbooks.hang import HangOptions, diagnose_hang
 from playbooks.mbu import MbuOptions, diagnose_mbu
@@ -73,6 +74,7 @@ def _runners(con: duckdb.DuckDBPyConnection, inv: Inventory,
                                       HangOptions()),
         "startup": lambda: diagnose_startup(con, _latest(con, "startup_logs", "log_id", "imported_at", rid),
                                             StartupOptions()),
+        "config": lambda: diagnose_config(con, rid, ConfigOptions()),
     }
 
 

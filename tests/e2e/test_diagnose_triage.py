@@ -186,3 +186,16 @@ def test_hang_on_a_rank_names_the_rank_as_the_cause_of_the_stop(tmp_path: Path) 
     assert behind["scope"]["windows_s"], behind["scope"]
     (inc,) = [i for i in doc["context"]["incidents"] if "rank_behind" in i["members"]]
     assert "engine_stopped" in inc["members"], doc["context"]["incidents"]
+
+
+def test_a_batch_cap_below_the_load_is_found_by_the_config_playbook(tmp_path: Path) -> None:
+    db = tmp_path / "cap.duckdb"
+    _run(db, *_closed(30, 8, "uniform:90:280", "55"), engine=("--max-num-seqs", "3"))
+    rc, doc = _triage(db)
+    assert rc == 1 and "config" in doc["context"]["playbooks_run"], doc["context"]["playbooks_run"]
+    cap = next(f for f in doc["findings"] if f["verdict"] == "batch_capped_by_max_num_seqs")
+    assert cap["severity"] == "warning" and "max_num_seqs=3 (set)" in cap["summary"], cap["summary"]
+    queue = next(e["values"] for e in cap["evidence"] if e["name"] == "queue")
+    assert queue["peak_running"] == 3 and queue["peak_waiting"] >= 1, queue
+    r = infbench("diagnose", "config", "last", "--db", str(db), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["findings"][0]["verdict"] == cap["verdict"]

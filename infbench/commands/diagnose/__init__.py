@@ -38,7 +38,8 @@ def _playbooks() -> None:
 
 
 for _name, _verb in (("all", triage.triage), ("stalls", verbs.stalls), ("mbu", verbs.mbu), ("replicas", verbs.replicas),
-                     ("startup", verbs.startup), ("memory", memory.memory), ("hang", hang.hang)):
+                     ("startup", verbs.startup), ("memory", memory.memory), ("hang", hang.hang),
+                     ("config", verbs.config)):
     app.command(_name)(_verb)
 
 __all__ = ["app", "print_diagnosis"]
