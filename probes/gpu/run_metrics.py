@@ -20,9 +20,14 @@ from probes.gpu.dcgm import FIELDS, rows_from_points
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
+_ESCAPE = re.compile(r"\\(.)")
+
+
 def parse_labels(text: str) -> dict[str, str]:
-    """`k="v",...` as `metric_samples.labels` keeps them -> a dict (escapes undone)."""
-    return {k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+    """`k="v",...` as `metric_samples.labels` keeps them -> a dict (escapes undone in one
+    pass, as the exposition format defines them: an escaped backslash followed by `n` is a
+    backslash and an `n`, not a newline)."""
+    return {k: _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
             for k, v in _LABEL.findall(text or "")}
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from infbench.store import create_run, open_store
 from infbench.store.writer import insert_batch, to_arrow
 from probes.gpu.run_metrics import gpu_samples_from_run, parse_labels
@@ -59,3 +61,15 @@ def test_labels_as_stored_are_parsed_back() -> None:
     assert parse_labels(r'a="x",b="with \"quote\"",c="back\\slash"') == {
         "a": "x", "b": 'with "quote"', "c": "back\\slash"}
     assert parse_labels("") == {}
+
+
+@pytest.mark.parametrize("value", ["x\\ny", 'q"t', "l1\nl2", "\\", "a\\\\n", "GPU-0\\n\"1\""])
+def test_stored_labels_unescape_as_the_exposition_parser_does(value: str) -> None:
+    # An escaped backslash followed by `n` is a backslash and an n: undone in one pass, the
+    # way probes/gpu/exposition.py reads the same text (a chain of replaces made it a newline).
+    from probes.gpu.exposition import parse_exposition
+
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    text = f'gpu="{escaped}",k="v"'
+    assert parse_labels(text) == {"gpu": value, "k": "v"}
+    assert parse_exposition("m{" + text + "} 1")[0].labels == parse_labels(text)
