@@ -18,9 +18,9 @@ from typing import Any
 
 from infbench.config.model import Captured, CaptureError, Setting, flatten
 from infbench.config.normalize import normalise
+from infbench.promtext import parse_labels, parse_raw
 
-_INFO = re.compile(r"^(vllm:cache_config_info|sglang:[a-z_]*config_info)\{(.*)\}\s+\S+\s*$", re.M)
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_INFO = re.compile(r"vllm:cache_config_info|sglang:[a-z_]*config_info")
 # Labels that name the series (which engine core, which model), not a setting.
 _SERIES_LABELS = {"engine", "model_name"}
 
@@ -71,9 +71,10 @@ def from_engine_config(doc: Any, source: str) -> Captured:
 
 
 def from_info_labels(metric: str, labels: str, cap: Captured) -> int:
-    """Settings from one `*_config_info` sample's labels (`k="v",...` as printed)."""
+    """Settings from one `*_config_info` sample's labels (`k="v",...` as printed; lenient,
+    as the scrape that stored them was)."""
     n = 0
-    for name, raw in _LABEL.findall(labels):
+    for name, raw in parse_labels(labels, strict=False).items():
         if name in _SERIES_LABELS:
             continue
         key, v = normalise("vllm", name, _label_value(raw))
@@ -84,7 +85,8 @@ def from_info_labels(metric: str, labels: str, cap: Captured) -> int:
 
 def from_metrics(text: str, cap: Captured) -> int:
     """Settings from `*_config_info` gauges' labels; returns how many were found."""
-    return sum(from_info_labels(m.group(1), m.group(2), cap) for m in _INFO.finditer(text))
+    return sum(from_info_labels(name, labels, cap) for name, labels, _ in parse_raw(text)
+               if _INFO.fullmatch(name))
 
 
 def capture_url(url: str, api_key: str | None = None, timeout: float = 10.0) -> Captured:

@@ -11,32 +11,9 @@ from typing import Any
 
 import aiohttp
 
-
-def parse_prometheus(text: str) -> list[tuple[str, str, float]]:
-    """(name, labels, value) per sample line; labels kept as printed between the braces."""
-    out = []
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        brace = line.find("{")
-        if brace >= 0:
-            close = line.rfind("}")
-            if close < brace:
-                continue
-            name, labels, rest = line[:brace], line[brace + 1 : close], line[close + 1 :]
-        else:
-            name, _, rest = line.partition(" ")
-            labels = ""
-        fields = rest.split()
-        if not fields:
-            continue
-        try:
-            value = float(fields[0])
-        except ValueError:
-            continue
-        out.append((name.strip(), labels, value))
-    return out
-
+# (name, labels as printed between the braces, value) per sample line; lenient. The name
+# stays for the callers that imported it from here.
+from infbench.promtext import parse_raw as parse_prometheus
 
 HEALTH_METRIC = "infbench:health_status"
 STEP_FIELDS = ("step_id", "start", "end", "prefill_tokens", "decode_seqs", "num_running",

@@ -17,20 +17,9 @@ import duckdb
 from infbench.store import get_run, open_store
 from infbench.store.gpu_samples import insert_gpu_samples
 from probes.gpu.dcgm import FIELDS, rows_from_points
-from probes.gpu.exposition import ExpositionError, parse_exposition
+from probes.gpu.run_metrics import parse_labels
 
 SOURCE = "prometheus"  # metric_samples.source of a Prometheus pull
-
-
-def parse_label_text(text: str) -> dict[str, str]:
-    """`k="v",...` as metric_samples.labels keeps them -> a dict, escapes undone."""
-    if not text:
-        return {}
-    try:
-        (sample,) = parse_exposition(f"x{{{text}}} 0")
-    except (ExpositionError, ValueError):
-        return {}
-    return sample.labels
 
 
 def gpu_samples_from_prometheus(con: duckdb.DuckDBPyConnection, run_id: str,
@@ -41,7 +30,7 @@ def gpu_samples_from_prometheus(con: duckdb.DuckDBPyConnection, run_id: str,
         "SELECT t_ns, name, labels, value FROM metric_samples "
         f"WHERE run_id = ? AND source = ? AND name IN ({', '.join('?' * len(names))}) "
         "ORDER BY t_ns", [run_id, SOURCE, *names]).fetchall()
-    rows = rows_from_points(((int(t), n, parse_label_text(lab), v) for t, n, lab, v in stored),
+    rows = rows_from_points(((int(t), n, parse_labels(lab), v) for t, n, lab, v in stored),
                             source="dcgm", instance=instance)
     instances = sorted({r["instance"] or "" for r in rows})
     con.execute("BEGIN")

@@ -10,25 +10,18 @@ device) are source `engine`, those from a dcgm-exporter endpoint source `dcgm`.
 
 from __future__ import annotations
 
-import re
-
 import duckdb
 
+from infbench import promtext
 from infbench.store.gpu_samples import insert_gpu_samples
 from probes.gpu.dcgm import FIELDS, rows_from_points
 
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
-
-_ESCAPE = re.compile(r"\\(.)")
-
-
-def parse_labels(text: str) -> dict[str, str]:
-    """`k="v",...` as `metric_samples.labels` keeps them -> a dict (escapes undone in one
-    pass, as the exposition format defines them: an escaped backslash followed by `n` is a
-    backslash and an `n`, not a newline)."""
-    return {k: _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
-            for k, v in _LABEL.findall(text or "")}
+def parse_labels(text: str | None) -> dict[str, str]:
+    """`k="v",...` as `metric_samples.labels` keeps them -> a dict, escapes undone
+    (`infbench.promtext`). Lenient: a scrape stored whatever the target printed, and one
+    unreadable label text must not stop the run's conversion."""
+    return promtext.parse_labels(text or "", strict=False)
 
 
 def gpu_samples_from_run(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
