@@ -185,6 +185,8 @@ class Runner:
             gc.set_threshold(*gc_threshold)
             gc.unfreeze()
             self._recorder.flush_all()
+            if self.watcher is not None:  # errors of the run's last moments, parsed only now
+                self.watcher.check(time.monotonic_ns())
         self._router.check_invariants()
         scrapes, scrape_errors = scrapers.totals()
         return RunOutcome(

@@ -16,10 +16,10 @@ from tests.support.cli import infbench
 pytestmark = pytest.mark.e2e
 
 
-def _run(db: Path, *args: str, engine: tuple[str, ...] = (), rc: int = 0) -> dict:
+def _run(db: Path, *args: str, engine: tuple[str, ...] = (), rc: tuple[int, ...] = (0,)) -> dict:
     eng = [f"--engine-arg={a}" for a in ("--gpu", "H100-SXM", *engine)]
     r = infbench("run", "--db", str(db), "--quiet", "--json", *args, *eng, timeout=180)
-    assert r.returncode == rc, r.stderr[-2000:]
+    assert r.returncode in rc, r.stdout[-2000:] + r.stderr[-2000:]
     return json.loads(r.stdout)
 
 
@@ -41,21 +41,24 @@ def test_a_frozen_engine_is_captured_during_the_stop(tmp_path: Path, at_step: in
                                                      timeout_s: str) -> None:
     db = tmp_path / "h.duckdb"
     summary = _run(db, *_closed(12, 4, "uniform:40:120", "80"), "--timeout", timeout_s,
-                   "--watch-stall", stall_s, engine=("--fault", f"hang:at_step={at_step}"), rc=1)
-    (w,) = summary["watch"]
+                   "--watch-stall", stall_s, engine=("--fault", f"hang:at_step={at_step}"), rc=(1,))
+    # The stop first; the stranded requests' timeouts may make an error burst after it.
+    w, *later = summary["watch"]
+    assert [x["kind"] for x in later] in ([], ["error_burst"]), summary["watch"]
     assert w["kind"] == "engine_stopped" and w["captured"] == ["stacks", "/metrics"], w
     assert w["failed"] == [] and w["hang_capture_id"], w
     # Noticed after the threshold of silence, before the stranded requests timed out.
     ((t_s, last_step_end, detail),) = _rows(db, "SELECT w.t_s, (SELECT max(end_s) - r.t0_monotonic_ns / 1e9 FROM "
-                                            "engine_steps), w.detail FROM watch_triggers w, runs r")
+                                            "engine_steps), w.detail FROM watch_triggers w, runs r "
+                                            "WHERE w.seq = 0")
     silent = json.loads(detail)["silent_s"]
     assert float(stall_s) <= silent < float(stall_s) + 0.5, detail
     assert last_step_end + float(stall_s) <= t_s + 0.05 < last_step_end + float(timeout_s), (t_s, last_step_end)
     # The capture: the engine's threads, its step loop inside the hang, and its /metrics.
     frames = _rows(db, "SELECT thread_name, function FROM hang_stacks JOIN watch_triggers "
-                       "ON capture_id = hang_capture_id")
+                       "ON capture_id = hang_capture_id WHERE seq = 0")
     assert ("engine-step-loop", "Engine._hang") in frames, frames
-    ((body,),) = _rows(db, "SELECT body FROM watch_metrics")
+    ((body,),) = _rows(db, "SELECT body FROM watch_metrics WHERE trigger_id LIKE '%-w0'")
     assert "vllm:num_requests_running" in body
 
 
@@ -70,9 +73,11 @@ def test_a_short_periodic_stall_and_a_healthy_run_raise_nothing(tmp_path: Path) 
 def test_an_error_burst_is_noticed_and_no_watch_means_none(tmp_path: Path) -> None:
     db = tmp_path / "x.duckdb"
     # The device is lost 1.2 s after the engine started: every request in flight and after it
-    # fails.
+    # fails, within a few tens of ms at the run's end (the watch's last look, after the last
+    # streams are parsed, sees them). A run that gave up on a target that stopped answering
+    # (exit 1, interrupted) saw the same burst.
     summary = _run(db, *_closed(60, 3, "uniform:40:90", "60"), "--max-error-rate", "1",
-                   engine=("--fault", "xid:code=79,at_s=1.2"))
+                   engine=("--fault", "xid:code=79,at_s=1.2"), rc=(0, 1))
     kinds = [w["kind"] for w in summary.get("watch", [])]
     assert "error_burst" in kinds, summary.get("watch")
     burst = next(w for w in summary["watch"] if w["kind"] == "error_burst")
@@ -82,7 +87,7 @@ def test_an_error_burst_is_noticed_and_no_watch_means_none(tmp_path: Path) -> No
     assert "/metrics" in burst["captured"], burst
     db2 = tmp_path / "y.duckdb"
     summary = _run(db2, *_closed(60, 3, "uniform:40:90", "60"), "--max-error-rate", "1",
-                   "--no-watch", engine=("--fault", "xid:code=79,at_s=1.2"))
+                   "--no-watch", engine=("--fault", "xid:code=79,at_s=1.2"), rc=(0, 1))
     assert "watch" not in summary and _rows(db2, "SELECT count(*) FROM watch_triggers") == [(0,)]
 
 

@@ -65,6 +65,11 @@ def test_a_stopped_process_with_threads_is_read_without_suspending_it(child) -> 
     # A frozen engine (SIGSTOP, as the real-engine tests freeze vLLM's EngineCore) cannot be
     # suspended again by py-spy ("Failed to suspend process"); its memory still reads.
     pid, _ = child
+    # "ready" is printed just before the call: wait until the stack shows it, then freeze.
+    for _ in range(50):
+        running = st.pyspy_dump(pid)
+        if any(f.function == "blocked_in_a_named_function" for t in running.threads for f in t.frames):
+            break
     os.kill(pid, signal.SIGSTOP)
     try:
         s = st.pyspy_dump(pid)
