@@ -68,7 +68,8 @@ CASES: dict[str, tuple[list[str], set[str], list[tuple[str, ...]] | None]] = {
                                           "--collective-timeout-s", "4", "--fault", "hang:rank=1,at_step=29")]],
         # without --dump-dir the capture holds stacks only: rank 1 named outside the collective
         {"rank_behind", "rank_outside_collective"}, None),
-    "slow link to rank 1 of 2 x3 (torch, gloo)": (
+    # then `infbench probe links --run last` on the host, the same link slowed (--inject)
+    "slow link to rank 1 of 2 x3 (torch, gloo) + link probe": (
         [*closed(8, 2, "30", "40"),
          *[f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
                                           "--fault", "slow-link:rank=1,factor=3")]],
@@ -112,6 +113,10 @@ def one(name: str, args: list[str], fleet: list[tuple[str, ...]] | None, db: Pat
             e = stack.enter_context(running_engine(*flags))
             urls += ["--url", f"r{i}={e.url}"]
         run = infbench("run", "--db", str(db), "--quiet", "--json", *urls, *args)
+    if "link probe" in name:
+        infbench("probe", "links", "--ranks", "4", "--sizes", "64K,256K", "--repeats", "2",
+                 "--iters", "4", "--warmup", "1", "--inject", "slow-link:rank=1,factor=2.5",
+                 "--run", "last", "--db", str(db))
     diag = infbench("diagnose", "last", "--db", str(db), "--json")
     took = time.perf_counter() - t
     try:

@@ -30,11 +30,12 @@ SELECT (SELECT count(*) FROM requests WHERE run_id = $run_id) AS requests,
        (SELECT count(*) FROM hang_captures WHERE run_id = $run_id) AS hang_captures,
        (SELECT count(*) FROM startup_logs WHERE run_id = $run_id) AS startup_logs,
        (SELECT count(*) FROM traces WHERE run_id = $run_id) AS traces,
-       (SELECT count(*) FROM configs WHERE run_id = $run_id) AS configs
+       (SELECT count(*) FROM configs WHERE run_id = $run_id) AS configs,
+       (SELECT count(*) FROM link_probes WHERE run_id = $run_id) AS link_probes
 """
 _COUNTS = ("requests", "content_chunks", "replicas", "engine_steps", "metric_samples",
            "memory_samples", "gpu_samples", "client_samples", "hang_captures", "startup_logs",
-           "traces", "configs")
+           "traces", "configs", "link_probes")
 
 # source -> (the question it settles, verdicts that leave that question open)
 QUESTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -59,6 +60,9 @@ QUESTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "configs": ("the engine's configuration (`infbench config capture --run RUN`, or a target "
                 "that exposes it) would say which setting capped the batch or the context",
                 ("private_stall", "preemption_stall", "ttft_outside_engine")),
+    "link_probes": ("a link probe on the run's hosts (`infbench probe links --run RUN`) would "
+                    "say whether a slow rank or link makes every tensor-parallel step longer",
+                    ("uniform_slowdown", "engine_wide_stall", "periodic_engine_stall")),
     "startup_logs": ("the engine's start-up log (`infbench diagnose startup LOG --run RUN`) would "
                      "show its KV pool size and where its memory went",
                      ("kv_cache_exhausted", "preemption_stall", "memory_growth_per_request")),
@@ -104,6 +108,7 @@ def take_inventory(con: duckdb.DuckDBPyConnection, run_id: str, config: dict[str
     _choose(inv, "replicas", inv.fleet, f"a fleet of {c['replicas']} replicas", "one target")
     _choose(inv, "hang", c["hang_captures"] > 0, "a hang capture is linked", "no hang capture linked")
     _choose(inv, "startup", c["startup_logs"] > 0, "a start-up log is linked", "no start-up log linked")
+    _choose(inv, "links", c["link_probes"] > 0, "a link probe is linked", "no link probe linked")
     _choose(inv, "config", c["configs"] > 0 and not inv.fleet, "the engine's configuration is linked",
             "a fleet run (the config playbook reads one engine's)" if inv.fleet and c["configs"]
             else "no configuration linked")
@@ -124,6 +129,8 @@ def missing(inv: Inventory, verdicts: set[str]) -> list[dict[str, Any]]:
             continue
         if source == "hang_captures" and "engine_stopped" not in verdicts:
             continue  # a capture is only missing where the engine stopped
+        if source == "link_probes" and not verdicts & set(opens):
+            continue  # links only matter where a slowdown or pauses are to be explained
         out.append({"source": source, "question": question,
                     "relevant": bool(verdicts & set(opens))})
     return sorted(out, key=lambda m: not m["relevant"])

@@ -21,6 +21,7 @@ from infbench.store import StoreError, get_run
 from playbooks.config import ConfigOptions, diagnose_config
 from playbooks.findings import SEVERITIES, Diagnosis, Finding
 from playbooks.hang import HangOptions, diagnose_hang
+from playbooks.links import LinksOptions, diagnose_links
 from playbooks.mbu import MbuOptions, diagnose_mbu
 from playbooks.memory import MemoryOptions, diagnose_memory
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
@@ -75,6 +76,7 @@ def _runners(con: duckdb.DuckDBPyConnection, inv: Inventory,
         "startup": lambda: diagnose_startup(con, _latest(con, "startup_logs", "log_id", "imported_at", rid),
                                             StartupOptions()),
         "config": lambda: diagnose_config(con, rid, ConfigOptions()),
+        "links": lambda: diagnose_links(con, rid, LinksOptions()),
     }
 
 

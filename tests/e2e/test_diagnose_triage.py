@@ -199,3 +199,25 @@ def test_a_batch_cap_below_the_load_is_found_by_the_config_playbook(tmp_path: Pa
     assert queue["peak_running"] == 3 and queue["peak_waiting"] >= 1, queue
     r = infbench("diagnose", "config", "last", "--db", str(db), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["findings"][0]["verdict"] == cap["verdict"]
+
+
+def test_slow_link_measured_on_the_hosts_is_the_cause_of_the_pauses(tmp_path: Path) -> None:
+    """Two ranks (torch executor, gloo) whose rank 1 link is slow: the run sees pauses; a link
+    probe on the same host (emulating the same slow link, `--inject`, with four ranks so the
+    bisection can name one) is linked to the run. The triage joins the lasting cause with the
+    pauses, and the headline names the rank."""
+    pytest.importorskip("torch")
+    db = tmp_path / "sl.duckdb"
+    engine = [f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
+                                             "--fault", "slow-link:rank=1,factor=4")]
+    r = infbench("run", "--db", str(db), "--quiet", *_closed(7, 2, "26", "36"), *engine, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = infbench("probe", "links", "--ranks", "4", "--sizes", "64K,256K", "--repeats", "2", "--iters", "4",
+                 "--warmup", "1", "--inject", "slow-link:rank=1,factor=3", "--run", "last", "--db", str(db),
+                 timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "slow_link" and head["playbook"] == "links", head
+    assert head["text"].startswith("Slow link: rank 1"), head
+    assert "links" in doc["context"]["playbooks_run"]
