@@ -39,7 +39,7 @@ def _playbooks() -> None:
 
 for _name, _verb in (("all", triage.triage), ("stalls", verbs.stalls), ("mbu", verbs.mbu), ("replicas", verbs.replicas),
                      ("startup", verbs.startup), ("memory", memory.memory), ("hang", hang.hang),
-                     ("config", verbs.config)):
+                     ("config", verbs.config), ("links", verbs.links)):
     app.command(_name)(_verb)
 
 __all__ = ["app", "print_diagnosis"]

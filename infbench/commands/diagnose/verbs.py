@@ -18,6 +18,7 @@ from infbench.commands.diagnose.session import (
 from infbench.store import StoreError, open_store
 from playbooks import StallOptions, diagnose_stalls
 from playbooks.config import ConfigOptions, diagnose_config
+from playbooks.links import LinksOptions, diagnose_links
 from playbooks.mbu import MbuOptions, diagnose_mbu
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
 from playbooks.startup import StartupOptions, diagnose_startup
@@ -52,6 +53,19 @@ def config(
     batch cap the load ran into, requests over max_model_len, prefix caching off under shared
     prefixes, a prefill budget below the prompts (runbook: playbooks/config/config.md)."""
     run_playbook(lambda con: diagnose_config(con, run_id, ConfigOptions()), db, save, json_out,
+                 sql, report_hint=False)
+
+
+def links(
+    run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
+    db: Path = DB,
+    json_out: bool = JSON_OUT,
+    sql: bool = SQL,
+    save: bool = SAVE,
+) -> None:
+    """What the link probes linked to the run (`infbench probe links --run RUN`) found: a slow
+    rank or pair on the run's hosts, as a finding over the whole run."""
+    run_playbook(lambda con: diagnose_links(con, run_id, LinksOptions()), db, save, json_out,
                  sql, report_hint=False)
 
 
