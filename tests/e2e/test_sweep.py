@@ -69,3 +69,40 @@ def test_listed_points_below_the_knee_name_none(tmp_path: Path) -> None:
     res = json.loads(r.stdout)
     assert not res["saturation"]["reached"] and res["knee"] is None
     assert "raise the load" in res["saturation"]["reason"]
+
+
+def test_each_point_is_recorded_as_a_run_is_and_the_key_is_sent_never_stored(tmp_path: Path) -> None:
+    secret = "sk-infbench-sweep-4711"
+    db = tmp_path / "k.duckdb"
+    args = ("sweep", "--db", str(db), "--mode", "concurrency", "--points", "1,2", "--duration", "1.5",
+            "--input-tokens", "128", "--output-tokens", "16", "--workload", "prefix",
+            "--prefix-groups", "2", "--prefix-tokens", "64", "--json")
+    # The bundled engine takes its key from VLLM_API_KEY: without the key a sweep is refused
+    # before anything is stored; with --api-key every point is sent with it.
+    r = infbench(*args, timeout=120, VLLM_API_KEY=secret)
+    assert r.returncode == 2 and "API key" in r.stderr, r.stderr
+    assert not db.exists()
+    r = infbench(*args, "--api-key", secret, timeout=150, VLLM_API_KEY=secret)
+    assert r.returncode == 0, r.stderr
+    assert secret not in r.stdout + r.stderr
+    assert secret.encode() not in db.read_bytes()
+    points = _q(db, "SELECT p.run_id, r.config FROM sweep_points p JOIN runs r USING (run_id) "
+                    "ORDER BY p.point_idx")
+    assert len(points) == 2
+    for run_id, config in points:
+        cfg = json.loads(config)
+        assert cfg["target"]["api_key_set"] is True
+        # The workload options reach each point as given, not a sweep's own defaults.
+        assert (cfg["workload"]["prefix_groups"], cfg["workload"]["prefix_tokens"]) == (2, 64), cfg["workload"]
+        # What `infbench run` does after a run, done for each point: the engine's configuration
+        # linked, the dcgm-named series it exports moved into gpu_samples.
+        assert _q(db, "SELECT count(*) FROM configs WHERE run_id = ?", run_id) == [(1,)]
+        assert _q(db, "SELECT count(*) > 0 FROM gpu_samples WHERE run_id = ?", run_id) == [(True,)]
+
+
+def _q(db: Path, sql: str, *params: object) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, list(params)).fetchall()
+    finally:
+        con.close()

@@ -28,6 +28,8 @@ def memory(
                                   "concurrency against the same target, and judge the cap."),
     url: str | None = typer.Option(None, help="Target for --test-cap (default: the run's URL)."),
     cap_duration: float = typer.Option(8.0, "--cap-duration", help="Seconds per --test-cap point."),
+    api_key: str | None = typer.Option(None, envvar="OPENAI_API_KEY", show_envvar=True,
+                                       help="Bearer key for --test-cap's target (never stored)."),
     json_out: bool = JSON_OUT,
     sql: bool = SQL,
     save: bool = SAVE,
@@ -41,7 +43,7 @@ def memory(
     if test_cap:
         try:
             # The run is named once: the sweep's own runs become the store's 'last'.
-            run_id, sweep_id = cap_sweep(db, run_id, url, cap_duration)
+            run_id, sweep_id = cap_sweep(db, run_id, url, cap_duration, api_key)
         except (PreflightError, StoreError, ValueError) as exc:
             raise fail(str(exc).splitlines()[0]) from None
     run_playbook(lambda con: diagnose_memory(con, run_id, MemoryOptions(cap_sweep_id=sweep_id)),
