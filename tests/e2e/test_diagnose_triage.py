@@ -221,3 +221,14 @@ def test_slow_link_measured_on_the_hosts_is_the_cause_of_the_pauses(tmp_path: Pa
     assert rc == 1 and head["verdict"] == "slow_link" and head["playbook"] == "links", head
     assert head["text"].startswith("Slow link: rank 1"), head
     assert "links" in doc["context"]["playbooks_run"]
+
+
+def test_a_slow_device_is_named_by_its_bandwidth(tmp_path: Path) -> None:
+    # 1.7x slower than its datasheet: the mbu playbook's low decode MBU or the stalls
+    # playbook's uniform slowdown against the roofline, never a stall or "no problem".
+    db = tmp_path / "sd.duckdb"
+    _run(db, *_closed(26, 6, "uniform:110:250", "95"), engine=("--fault", "slow-device:factor=1.7"))
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] in ("decode_mbu", "uniform_slowdown"), head
+    assert head["severity"] == "warning", head

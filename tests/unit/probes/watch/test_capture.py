@@ -173,3 +173,28 @@ def test_records_are_stored_with_the_run_and_travel_with_an_export(tmp_path: Pat
     assert fresh.execute("SELECT count(*) FROM watch_triggers").fetchone() == (2,)
     assert fresh.execute("SELECT DISTINCT body FROM watch_metrics").fetchall() == [(METRICS,)]
     fresh.close()
+
+
+def test_a_running_gpu_probe_adds_a_sample_and_its_failure_is_kept() -> None:
+    srv, url = serve(None)
+    seen: list[int] = []
+
+    def sample(t_ns: int) -> list[dict]:
+        seen.append(t_ns)
+        return [{"gpu": 0, "sm_clock_mhz": 1980.0, "t_ns": t_ns}]
+
+    def broken(t_ns: int) -> list[dict]:
+        raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+
+    try:
+        ok = IncidentCapturer([WatchTarget(None, url, None)], [], gpu_sample=sample, stacks=False)
+        ok.submit(trig(1.0))
+        (rec,) = ok.close(timeout_s=30)
+        bad = IncidentCapturer([WatchTarget(None, url, None)], [], gpu_sample=broken, stacks=False)
+        bad.submit(trig(1.0))
+        (rec2,) = bad.close(timeout_s=30)
+    finally:
+        srv.shutdown()
+    gpu = next(c for c in rec.captured if c["what"] == "gpu sample")
+    assert gpu["gpus"] == 1 and gpu["rows"][0]["t_ns"] == seen[0]
+    assert rec2.failed == [{"what": "gpu sample", "why": "RuntimeError: NVML_ERROR_GPU_IS_LOST"}]
