@@ -49,6 +49,12 @@ def _std(x: np.ndarray) -> float:
     return math.sqrt(float(((x - x.mean()) ** 2).sum()) / (len(x) - 1))
 
 
+def _spans(starts: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """(start, end) of each run from `_starts`; none for no rows (a rank without kernels: a
+    trace of syncs and CPU ops only), not one empty run."""
+    return list(zip(starts.tolist(), [*starts[1:].tolist(), n], strict=True)) if len(starts) else []
+
+
 def _starts(*keys: np.ndarray) -> np.ndarray:
     """Indices where a run of equal keys begins, in arrays already sorted by them."""
     n = len(keys[0])
@@ -95,7 +101,7 @@ def temporal(tl: TimelineArrays) -> Rows:
     compute = {k // 8: v for k, v in _per_part_sum(cp, ce - cs).items()}
     rows = []
     b = _starts(p)
-    for a, z in zip(b, [*b[1:], len(p)], strict=True):
+    for a, z in _spans(b, len(p)):
         rank = int(p[a] // 8)
         kt = float(e[z - 1] - s[a])
         busy = float(np.sum(e[a:z] - s[a:z]))
@@ -128,7 +134,7 @@ def idle_gaps(tl: TimelineArrays, delay: float = 30) -> tuple[np.ndarray, ...]:
 def _groups(rank: np.ndarray, stream: np.ndarray, cat: np.ndarray):
     o = np.lexsort((cat, stream, rank))
     b = _starts(rank[o], stream[o], cat[o])
-    return o, b, [*b[1:], len(o)]
+    return o, b, [z for _, z in _spans(b, len(o))]
 
 
 def idle(tl: TimelineArrays, delay: float = 30) -> Rows:
@@ -220,7 +226,7 @@ def kernels(tl: TimelineArrays, num_kernels: int = 10, duration_ratio: float = 0
     o = np.lexsort((code, kt, rank))
     b = _starts(rank[o], kt[o], code[o])
     groups: dict[tuple[int, int], list[tuple]] = {}
-    for a, z in zip(b, [*b[1:], len(o)], strict=True):
+    for a, z in _spans(b, len(o)):
         x = dur[o[a:z]]
         n = len(x)
         mean = float(x.mean())
