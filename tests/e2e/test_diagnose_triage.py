@@ -163,30 +163,6 @@ def test_throttled_replica_in_a_fleet_is_the_headline(tmp_path: Path) -> None:
     assert "memory" in doc["context"]["playbooks_skipped"]  # one engine's ledger only
 
 
-def test_hang_on_a_rank_names_the_rank_as_the_cause_of_the_stop(tmp_path: Path) -> None:
-    """Two ranks (torch executor, gloo), rank 1 hangs before a step's broadcast. The live
-    watch captures both ranks' Flight Recorder dumps and stacks during the stop; the triage
-    joins the hang playbook's finding with the client's stop by their seconds, and the
-    headline names the rank, with the requests the stop stranded."""
-    pytest.importorskip("torch")
-    db, dumps = tmp_path / "tp.duckdb", tmp_path / "dumps"
-    dumps.mkdir()
-    engine = [f"--engine-arg={a}" for a in (
-        "--executor", "torch", "--tensor-parallel-size", "2", "--dump-dir", str(dumps),
-        "--collective-timeout-s", "4", "--fault", "hang:rank=1,at_step=33")]
-    r = infbench("run", "--db", str(db), "--quiet", *_closed(9, 3, "28", "20"), "--timeout", "12",
-                 *engine, timeout=400)
-    assert r.returncode == 1, r.stderr[-2000:]
-    rc, doc = _triage(db)
-    head = _head(doc)
-    assert rc == 1 and head["verdict"] == "rank_behind" and head["playbook"] == "hang", head
-    assert head["symptom"] == {"verdict": "engine_stopped", "playbook": "stalls"}, head
-    assert head["text"].startswith("Rank 1 is behind") and "requests (lost)" in head["text"], head
-    behind = next(f for f in doc["findings"] if f["verdict"] == "rank_behind")
-    assert behind["scope"]["windows_s"], behind["scope"]
-    (inc,) = [i for i in doc["context"]["incidents"] if "rank_behind" in i["members"]]
-    assert "engine_stopped" in inc["members"], doc["context"]["incidents"]
-
 
 def test_a_batch_cap_below_the_load_is_found_by_the_config_playbook(tmp_path: Path) -> None:
     db = tmp_path / "cap.duckdb"
@@ -200,28 +176,6 @@ def test_a_batch_cap_below_the_load_is_found_by_the_config_playbook(tmp_path: Pa
     r = infbench("diagnose", "config", "last", "--db", str(db), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["findings"][0]["verdict"] == cap["verdict"]
 
-
-def test_slow_link_measured_on_the_hosts_is_the_cause_of_the_pauses(tmp_path: Path) -> None:
-    """Two ranks (torch executor, gloo) whose rank 1 link is slow: the run sees pauses; a link
-    probe on the same host (emulating the same slow link, `--inject`, with four ranks so the
-    bisection can name one; 6x, so that beside the suite's other rank processes the probe's
-    own verdict is not "cannot tell", which its own tests cover) is linked to the run. The triage joins the lasting cause with the
-    pauses, and the headline names the rank."""
-    pytest.importorskip("torch")
-    db = tmp_path / "sl.duckdb"
-    engine = [f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
-                                             "--fault", "slow-link:rank=1,factor=4")]
-    r = infbench("run", "--db", str(db), "--quiet", *_closed(7, 2, "26", "36"), *engine, timeout=400)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = infbench("probe", "links", "--ranks", "4", "--sizes", "64K,256K", "--repeats", "2", "--iters", "4",
-                 "--warmup", "1", "--inject", "slow-link:rank=1,factor=6", "--run", "last", "--db", str(db),
-                 timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rc, doc = _triage(db)
-    head = _head(doc)
-    assert rc == 1 and head["verdict"] == "slow_link" and head["playbook"] == "links", head
-    assert head["text"].startswith("Slow link: rank 1"), head
-    assert "links" in doc["context"]["playbooks_run"]
 
 
 def test_a_slow_device_is_named_by_its_bandwidth(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 
 TP=2 answers greedy requests as TP=1 does; a hang on rank 1 turns /health to 503 with the
 watchdog's line on stderr, its metric on /metrics and every rank's dump on disk; and neither
-SIGKILL of a healthy server nor SIGTERM of a hung one leaves a rank process behind.
+SIGKILL of a healthy server nor SIGTERM of a hung one leaves a rank process behind. Under
+`infbench run` and `infbench diagnose RUN`: a hang on a rank and a slow link are named as the
+cause of what the clients saw.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.engine_process import EngineProcess, launch, stop
+from tests.support.cli import infbench
 
 pytestmark = pytest.mark.e2e
 
@@ -156,3 +159,69 @@ def _quiet(fn: Any, *args: Any, **kw: Any) -> None:
     # The server goes away under the request, as intended.
     with contextlib.suppress(OSError):
         fn(*args, **kw)
+
+
+
+# `infbench diagnose RUN` on the multi-rank engine: here, one after another with the file's
+# other rank groups, rather than in a third file adding gloo rank groups beside them (a link
+# probe's verdict beside them became "cannot tell" in a CI-like round).
+def _closed(n: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
+    return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(n),
+            "--input-tokens", inp, "--output-tokens", out)
+
+
+def _triage(db: Path) -> tuple[int, dict]:
+    r = infbench("diagnose", "last", "--db", str(db), "--json", timeout=180)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    return r.returncode, json.loads(r.stdout)
+
+
+def _head(doc: dict) -> dict:
+    return doc["context"]["headline"]
+
+
+def test_hang_on_a_rank_names_the_rank_as_the_cause_of_the_stop(tmp_path: Path) -> None:
+    """Two ranks (torch executor, gloo), rank 1 hangs before a step's broadcast. The live
+    watch captures both ranks' Flight Recorder dumps and stacks during the stop; the triage
+    joins the hang playbook's finding with the client's stop by their seconds, and the
+    headline names the rank, with the requests the stop stranded."""
+    pytest.importorskip("torch")
+    db, dumps = tmp_path / "tp.duckdb", tmp_path / "dumps"
+    dumps.mkdir()
+    engine = [f"--engine-arg={a}" for a in (
+        "--executor", "torch", "--tensor-parallel-size", "2", "--dump-dir", str(dumps),
+        "--collective-timeout-s", "4", "--fault", "hang:rank=1,at_step=33")]
+    r = infbench("run", "--db", str(db), "--quiet", *_closed(9, 3, "28", "20"), "--timeout", "12",
+                 *engine, timeout=400)
+    assert r.returncode == 1, r.stderr[-2000:]
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "rank_behind" and head["playbook"] == "hang", head
+    assert head["symptom"] == {"verdict": "engine_stopped", "playbook": "stalls"}, head
+    assert head["text"].startswith("Rank 1 is behind") and "requests (lost)" in head["text"], head
+    behind = next(f for f in doc["findings"] if f["verdict"] == "rank_behind")
+    assert behind["scope"]["windows_s"], behind["scope"]
+    (inc,) = [i for i in doc["context"]["incidents"] if "rank_behind" in i["members"]]
+    assert "engine_stopped" in inc["members"], doc["context"]["incidents"]
+
+def test_slow_link_measured_on_the_hosts_is_the_cause_of_the_pauses(tmp_path: Path) -> None:
+    """Two ranks (torch executor, gloo) whose rank 1 link is slow: the run sees pauses; a link
+    probe on the same host (emulating the same slow link, `--inject`, with four ranks so the
+    bisection can name one; 6x, so that beside the suite's other rank processes the probe's
+    own verdict is not "cannot tell", which its own tests cover) is linked to the run. The triage joins the lasting cause with the
+    pauses, and the headline names the rank."""
+    pytest.importorskip("torch")
+    db = tmp_path / "sl.duckdb"
+    engine = [f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
+                                             "--fault", "slow-link:rank=1,factor=4")]
+    r = infbench("run", "--db", str(db), "--quiet", *_closed(7, 2, "26", "36"), *engine, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = infbench("probe", "links", "--ranks", "4", "--sizes", "64K,256K", "--repeats", "2", "--iters", "4",
+                 "--warmup", "1", "--inject", "slow-link:rank=1,factor=6", "--run", "last", "--db", str(db),
+                 timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "slow_link" and head["playbook"] == "links", head
+    assert head["text"].startswith("Slow link: rank 1"), head
+    assert "links" in doc["context"]["playbooks_run"]
