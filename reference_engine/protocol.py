@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reference_engine.json_grammar import SchemaError, compile_schema
 from reference_engine.tokenizer import CHAT_ROLES
 
 Kind = Literal["completion", "chat"]
@@ -58,6 +59,7 @@ class GenerationRequest:
     stream: bool = False
     include_usage: bool = False
     priority: int = 0
+    json_schema: Any = None                     # the output's JSON schema (structured output)
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:
@@ -139,7 +141,50 @@ def _common(body: dict[str, Any], kind: Kind) -> GenerationRequest:
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
         seed=_int(body, "seed"), stop=_stop(body), ignore_eos=_bool(body, "ignore_eos"),
-        stream=stream, include_usage=include_usage, priority=_int(body, "priority") or 0)
+        stream=stream, include_usage=include_usage, priority=_int(body, "priority") or 0,
+        json_schema=_json_schema(body))
+
+
+def _json_schema(body: dict[str, Any]) -> Any:
+    """The schema a request constrains its output to, in any of the forms vLLM's OpenAI
+    server takes: `response_format` {"type": "json_schema", "json_schema": {"schema": S}} or
+    {"type": "json_object"}, vLLM's `structured_outputs` {"json": S}, its older `guided_json`
+    (S or S as a JSON string). None for plain text. Checked by compiling it here, as vLLM
+    validates a schema in its front end before the engine compiles it."""
+    found: list[tuple[str, Any]] = []
+    fmt = body.get("response_format")
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+            raise invalid("response_format", "'response_format.type' must be text, json_object "
+                                             "or json_schema")
+        if fmt["type"] == "json_object":
+            found.append(("response_format", {"type": "object"}))
+        elif fmt["type"] == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or "schema" not in spec:
+                raise invalid("response_format", "'response_format.json_schema.schema' is required")
+            found.append(("response_format", spec["schema"]))
+    structured = body.get("structured_outputs")
+    if isinstance(structured, dict) and structured.get("json") is not None:
+        found.append(("structured_outputs", structured["json"]))
+    guided = body.get("guided_json")
+    if guided is not None:
+        if isinstance(guided, str):
+            try:
+                guided = json.loads(guided)
+            except json.JSONDecodeError as exc:
+                raise invalid("guided_json", f"'guided_json' is not valid JSON: {exc.msg}") from None
+        found.append(("guided_json", guided))
+    if not found:
+        return None
+    if len(found) > 1:
+        raise invalid(found[1][0], f"give one of {', '.join(n for n, _ in found)}, not several")
+    param, schema = found[0]
+    try:
+        compile_schema(schema)
+    except SchemaError as exc:
+        raise invalid(param, f"'{param}': {exc}") from None
+    return schema
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:

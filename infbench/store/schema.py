@@ -115,6 +115,10 @@ Version 15
     ``watch_triggers`` and ``watch_metrics``: incidents the live watch of ``infbench run``
     noticed and what it captured while they lasted; see ``infbench.store.watch_schema``.
 
+Version 16
+    ``engine_steps`` gains the structured-output fields of the reference engine's step log
+    (grammar compiles, cache lookups, token masks); see ``infbench.store.structured_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -134,6 +138,10 @@ from infbench.store.memory_schema import (
     MEMORY_SAMPLE_COLUMNS,
 )
 from infbench.store.prometheus_schema import PROMETHEUS_DDL, PROMETHEUS_MIGRATION_DESCRIPTION
+from infbench.store.structured_schema import (
+    STRUCTURED_MIGRATION_DESCRIPTION,
+    STRUCTURED_STEP_COLUMNS,
+)
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
 from infbench.store.views import VIEWS_V1, VIEWS_V4
 from infbench.store.watch_schema import WATCH_DDL, WATCH_MIGRATION_DESCRIPTION
@@ -270,8 +278,9 @@ ENGINE_STEPS = Table(
         ("kv_blocks_total", "INTEGER"),
         ("fault", "VARCHAR"),
         ("replica", "VARCHAR"),
+        *STRUCTURED_STEP_COLUMNS,
     ),
-    added=(("replica", 8),),
+    added=(("replica", 8), *((name, 16) for name, _ in STRUCTURED_STEP_COLUMNS)),
 )
 
 CLIENT_SAMPLES = Table(
@@ -407,6 +416,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "fleet runs: memory samples carry the replica they were scraped from",
               MEMORY_SAMPLES.add_columns_ddl(14)),
     Migration(15, WATCH_MIGRATION_DESCRIPTION, WATCH_DDL),
+    Migration(16, STRUCTURED_MIGRATION_DESCRIPTION, ENGINE_STEPS.add_columns_ddl(16)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -25,6 +25,7 @@ from infbench.loadgen.workloads import (
     Trace,
     Workload,
 )
+from infbench.loadgen.workloads.schemas import SchemaMix
 
 # Used when no --output-tokens is given, except by ShareGPT, which then takes each reply's
 # length from the dataset (so passing this same value explicitly still means "force it").
@@ -66,12 +67,14 @@ def workload_warnings(wl: Workload) -> list[str]:
 def build_workload(
     kind: str, *, input_len: LengthDist, output_len: LengthDist | None, target: Target, prefix_groups: int,
     prefix_tokens: int, turns: int, dataset: Path | None, trace: Path | None, time_scale: float,
-    trace_start: float, trace_end: float | None,
+    trace_start: float, trace_end: float | None, schemas: SchemaMix | None = None,
 ) -> Workload:
     """The workload `kind` asks for, its files read and checked. `output_len` None means the
     workload's own default: the replies' lengths for ShareGPT, DEFAULT_OUTPUT_TOKENS for the
     others."""
     tokens = target.tokens
+    if schemas is not None and kind != "structured":
+        raise ValueError(f"schemas: --schemas is for --workload structured, not {kind}")
     if kind == "sharegpt":
         if dataset is None:
             raise ValueError("dataset: --workload sharegpt needs --dataset FILE.json")
@@ -92,7 +95,7 @@ def build_workload(
         return MultiTurn(turns, input_len, output_len, tokens)
     if kind == "structured":
         _check_input(input_len, tokens, "input_tokens", "prompt")
-        return Structured(input_len, output_len, tokens)
+        return Structured(input_len, output_len, tokens, mix=schemas)
     if kind == "trace":
         if trace is None:
             raise ValueError("trace: --workload trace needs --trace FILE (CSV or JSONL)")

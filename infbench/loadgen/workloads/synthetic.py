@@ -10,6 +10,7 @@ from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.seeds import Streams, integers
 from infbench.loadgen.workloads.base import RequestSpec, Session, single
 from infbench.loadgen.workloads.prompts import TokenModel
+from infbench.loadgen.workloads.schemas import SchemaMix
 
 
 @dataclass
@@ -108,16 +109,21 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 
 @dataclass
 class Structured:
-    """Requests constrained by a JSON schema (`response_format: json_schema`), label = schema."""
+    """Requests constrained by a JSON schema (`response_format: json_schema`), label = schema.
+
+    Without `mix`, the three fixed schemas of SCHEMAS; with it, K generated ones of chosen
+    sizes, some new to the run (schemas.py)."""
 
     input_len: LengthDist
     output_len: LengthDist
     tokens: TokenModel
     name: str = "structured"
     needs_text: bool = False
+    mix: SchemaMix | None = None
 
     def sessions(self, streams: Streams) -> Iterator[Session]:
-        names = sorted(SCHEMAS)
+        table = (dict(self.mix.schemas(streams.salt)) if self.mix is not None else SCHEMAS)
+        names = sorted(table)
         picks = integers(streams.choices(), len(names))
         ins = self.input_len.stream(streams.input_lengths())
         outs = self.output_len.stream(streams.output_lengths())
@@ -137,8 +143,9 @@ class Structured:
                 label=schema_name, max_tokens=n_out, prompt=f"{context}\n{ask}",
                 target_input_tokens=n_in, fill=(0, len(context)),
                 extra={"response_format": {"type": "json_schema", "json_schema": {
-                    "name": schema_name, "schema": SCHEMAS[schema_name]}}}))
+                    "name": schema_name, "schema": table[schema_name]}}}))
 
     def describe(self) -> dict[str, Any]:
-        return {"workload": self.name, "schemas": sorted(SCHEMAS),
+        schemas: Any = sorted(SCHEMAS) if self.mix is None else self.mix.describe()
+        return {"workload": self.name, "schemas": schemas,
                 "input_tokens": str(self.input_len), "output_tokens": str(self.output_len)}
