@@ -4,7 +4,8 @@ A playbook never talks to a GPU or an engine; it works from recorded rows, so th
 findings come back from a file someone attached to an incident. Each playbook is a package
 (`stalls/`, `mbu/`, ...) with its runbook (markdown) beside its code, over a shared core:
 `context` (what a run's rows say about its engine and workload), `findings` (the Diagnosis
-and Finding types) and `sql` (query helpers).
+and Finding types) and `sql` (query helpers). `registry` lists every playbook once (name,
+verb, options type, the data it needs): the CLI, `show` and the triage read it.
 """
 
 from playbooks.findings import Diagnosis, Evidence, Finding

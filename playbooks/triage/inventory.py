@@ -1,7 +1,8 @@
 """What a run has, which playbooks that lets run, and what the missing data would have told.
 
 One query counts every kind of row a playbook reads (the SQL goes in the triage's evidence).
-A playbook runs when its data exist; otherwise the reason is kept. Each missing source comes
+A playbook runs when the data its registration `needs` exist (`playbooks/registry.py`);
+otherwise the reason is kept. Each missing source comes
 with the question it would have settled, and is marked relevant when a finding of this run
 left that question open (an engine step log matters where stalls were found, not on a clean
 run).
@@ -15,6 +16,7 @@ from typing import Any
 import duckdb
 
 from playbooks.context import engine_setup
+from playbooks.registry import PLAYBOOKS
 from playbooks.sql import fetch_one
 
 INVENTORY_SQL = """
@@ -96,27 +98,10 @@ def take_inventory(con: duckdb.DuckDBPyConnection, run_id: str, config: dict[str
     counts = dict(zip(_COUNTS, (int(v or 0) for v in row), strict=True))
     setup = engine_setup(config, model)
     inv = Inventory(run_id, counts, sql, setup.model, setup.gpu)
-    c = counts
-    _choose(inv, "stalls", c["requests"] > 0, "the client timeline of every request",
-            "no requests recorded")
-    _choose(inv, "mbu", inv.gpu is not None and c["requests"] > 0,
-            f"the GPU ({inv.gpu}) and model ({inv.model}) are known",
-            "no GPU model known for this run (give --gpu when running)")
-    _choose(inv, "memory", not inv.fleet and (c["memory_samples"] > 0 or c["engine_steps"] > 0),
-            "memory series or a step log", "a fleet run (the memory playbook reads one engine)"
-            if inv.fleet else "neither memory series nor a step log")
-    _choose(inv, "replicas", inv.fleet, f"a fleet of {c['replicas']} replicas", "one target")
-    _choose(inv, "hang", c["hang_captures"] > 0, "a hang capture is linked", "no hang capture linked")
-    _choose(inv, "startup", c["startup_logs"] > 0, "a start-up log is linked", "no start-up log linked")
-    _choose(inv, "links", c["link_probes"] > 0, "a link probe is linked", "no link probe linked")
-    _choose(inv, "config", c["configs"] > 0 and not inv.fleet, "the engine's configuration is linked",
-            "a fleet run (the config playbook reads one engine's)" if inv.fleet and c["configs"]
-            else "no configuration linked")
+    for pb in PLAYBOOKS:
+        ok, why = pb.needs.check(counts, inv.gpu, inv.model)
+        (inv.run if ok else inv.skipped)[pb.name] = why
     return inv
-
-
-def _choose(inv: Inventory, name: str, ok: bool, why: str, why_not: str) -> None:
-    (inv.run if ok else inv.skipped)[name] = why if ok else why_not
 
 
 def missing(inv: Inventory, verdicts: set[str]) -> list[dict[str, Any]]:

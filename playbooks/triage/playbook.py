@@ -11,25 +11,18 @@ of data the run lacked is listed with the question it would have settled (`inven
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import duckdb
 
 from infbench.store import StoreError, get_run
-from playbooks.config import ConfigOptions, diagnose_config
 from playbooks.findings import SEVERITIES, Diagnosis, Finding
-from playbooks.hang import HangOptions, diagnose_hang
-from playbooks.links import LinksOptions, diagnose_links
-from playbooks.mbu import MbuOptions, diagnose_mbu
-from playbooks.memory import MemoryOptions, diagnose_memory
-from playbooks.replicas import ReplicaOptions, diagnose_replicas
-from playbooks.stalls import StallOptions, diagnose_stalls
-from playbooks.startup import StartupOptions, diagnose_startup
+from playbooks.registry import PLAYBOOKS, Playbook
+from playbooks.stalls import StallOptions
 from playbooks.triage.damage import load_tail
 from playbooks.triage.incidents import Ranked, join
-from playbooks.triage.inventory import Inventory, missing, take_inventory
+from playbooks.triage.inventory import missing, take_inventory
 
 NO_PROBLEM = "no problem found"
 
@@ -62,22 +55,11 @@ def _latest(con: duckdb.DuckDBPyConnection, table: str, key: str, order: str, ru
     return str(row[0])
 
 
-def _runners(con: duckdb.DuckDBPyConnection, inv: Inventory,
-             opts: TriageOptions) -> dict[str, Callable[[], Diagnosis]]:
-    rid = inv.run_id
-    return {
-        "stalls": lambda: diagnose_stalls(con, rid, StallOptions(itl_target_ms=opts.itl_target_ms,
-                                                                 min_stall_ms=opts.min_stall_ms)),
-        "mbu": lambda: diagnose_mbu(con, rid, MbuOptions()),
-        "memory": lambda: diagnose_memory(con, rid, MemoryOptions()),
-        "replicas": lambda: diagnose_replicas(con, rid, ReplicaOptions(db=opts.db or "infbench.duckdb")),
-        "hang": lambda: diagnose_hang(con, _latest(con, "hang_captures", "capture_id", "created_at", rid),
-                                      HangOptions()),
-        "startup": lambda: diagnose_startup(con, _latest(con, "startup_logs", "log_id", "imported_at", rid),
-                                            StartupOptions()),
-        "config": lambda: diagnose_config(con, rid, ConfigOptions()),
-        "links": lambda: diagnose_links(con, rid, LinksOptions()),
-    }
+def _subject(con: duckdb.DuckDBPyConnection, pb: Playbook, run_id: str) -> str:
+    """What the playbook is given: the run, or the latest record of its kind linked to it."""
+    if pb.reads is None:
+        return run_id
+    return _latest(con, pb.reads.table, pb.reads.key, pb.reads.order, run_id)
 
 
 def _rank_key(r: tuple[str, Finding, dict[str, Any] | None]) -> tuple[int, float, float]:
@@ -96,13 +78,15 @@ def diagnose_all(con: duckdb.DuckDBPyConnection, run_ref: str,
     inv = take_inventory(con, run.run_id, run.config, run.model)
     done: list[Diagnosis] = []
     failed: dict[str, str] = {}
-    for name, runner in _runners(con, inv, opts).items():
-        if name not in inv.run:
+    shared = {"itl_target_ms": opts.itl_target_ms, "min_stall_ms": opts.min_stall_ms,
+              "db": opts.db}
+    for pb in PLAYBOOKS:
+        if pb.name not in inv.run:
             continue
         try:
-            done.append(runner())
+            done.append(pb.diagnose(con, _subject(con, pb, run.run_id), pb.triage_options(shared)))
         except (ValueError, StoreError, duckdb.Error) as exc:
-            failed[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            failed[pb.name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     tail = load_tail(con, run.run_id)
     found = [(d.playbook, f, tail.damage(f.scope)) for d in done for f in d.findings]
     found.sort(key=_rank_key)

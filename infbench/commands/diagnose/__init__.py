@@ -1,8 +1,10 @@
 """`infbench diagnose <playbook> RUN`: run a playbook over a recorded run, print its findings
 and keep them in the store with the run (for `infbench report` and `infbench export`).
 
-One module per verb family, wired here in the order `--help` lists them; `session` is the
-open-diagnose-save-show path they all share, `show` the terminal rendering."""
+The verbs are the registered playbooks (`playbooks/registry.py`), in its order after `all`;
+a playbook with options of its own has its verb in a module here (`CUSTOM_VERBS`), the others
+are built from the registration (`generic`). `session` is the open-diagnose-save-show path
+they all share, `show` the terminal rendering."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import typer
 from typer.core import TyperGroup
 
 from infbench.commands.diagnose import hang, memory, triage, verbs
+from infbench.commands.diagnose.generic import build_verb
 from infbench.commands.diagnose.show import print_diagnosis
+from playbooks.registry import PLAYBOOKS
 
 
 class _RunOrPlaybook(TyperGroup):
@@ -37,9 +41,13 @@ def _playbooks() -> None:
     pass
 
 
-for _name, _verb in (("all", triage.triage), ("stalls", verbs.stalls), ("mbu", verbs.mbu), ("replicas", verbs.replicas),
-                     ("startup", verbs.startup), ("memory", memory.memory), ("hang", hang.hang),
-                     ("config", verbs.config), ("links", verbs.links)):
-    app.command(_name)(_verb)
+# A registered playbook's own verb where it has one (options beyond its options type, a
+# capture, an import, a sweep); every other registered playbook gets the built one.
+CUSTOM_VERBS = {"stalls": verbs.stalls, "mbu": verbs.mbu, "replicas": verbs.replicas,
+                "startup": verbs.startup, "memory": memory.memory, "hang": hang.hang}
 
-__all__ = ["app", "print_diagnosis"]
+app.command("all")(triage.triage)
+for _pb in PLAYBOOKS:
+    app.command(_pb.command)(CUSTOM_VERBS.get(_pb.command) or build_verb(_pb))
+
+__all__ = ["CUSTOM_VERBS", "app", "print_diagnosis"]

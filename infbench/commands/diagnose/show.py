@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from playbooks import Diagnosis
+from playbooks.registry import BY_NAME
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -15,10 +16,7 @@ _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -> None:
     have = ", ".join(k for k, v in diag.data_sources.items() if v) or "nothing"
     missing = ", ".join(k for k, v in diag.data_sources.items() if not v)
-    subject = (f"start-up log [bold]{diag.run_id}[/]" if diag.context.get("log_id") == diag.run_id
-               else f"run [bold]{diag.run_id}[/]" if diag.run_id
-               else f"capture [bold]{diag.context.get('capture_id')}[/]")
-    console.print(f"[bold]{diag.playbook}[/] playbook on {subject}")
+    console.print(f"[bold]{diag.playbook}[/] playbook on {_subject(diag)}")
     console.print(f"data used: {have}" + (f"  [dim](missing: {missing})[/]" if missing else ""))
     base = diag.context.get("itl_baseline")
     if base:
@@ -68,6 +66,16 @@ def print_diagnosis(console: Console, diag: Diagnosis, show_sql: bool = False) -
         console.print(f"[dim]{diag.context['bimodal_itl']}[/]")
     for note in diag.notes:
         console.print(Text(f"note: {note}", style="dim"))
+
+
+def _subject(diag: Diagnosis) -> str:
+    """A run, or the linked record the playbook read (a capture, a start-up log) when the
+    diagnosis is not kept with a run."""
+    reads = BY_NAME[diag.playbook].reads if diag.playbook in BY_NAME else None
+    record = diag.context.get(reads.key) if reads is not None else None
+    if reads is not None and record and diag.run_id in ("", record):
+        return f"{reads.noun} [bold]{record}[/]"
+    return f"run [bold]{diag.run_id}[/]"
 
 
 def _print_replicas(console: Console, rows: list[dict] | None) -> None:

@@ -1,4 +1,5 @@
-"""The playbooks over one stored run or log: stalls, config, mbu, replicas, startup."""
+"""The playbook verbs with options of their own over one stored run or log: stalls, mbu,
+replicas, startup."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from infbench.commands.diagnose.session import (
 )
 from infbench.store import StoreError, open_store
 from playbooks import StallOptions, diagnose_stalls
-from playbooks.config import ConfigOptions, diagnose_config
-from playbooks.links import LinksOptions, diagnose_links
 from playbooks.mbu import MbuOptions, diagnose_mbu
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
 from playbooks.startup import StartupOptions, diagnose_startup
@@ -40,33 +39,6 @@ def stalls(
     options = validated(StallOptions(itl_target_ms=itl_target, min_stall_ms=min_stall, model=model, gpu=gpu))
     run_playbook(lambda con: diagnose_stalls(con, run_id, options), db, save, json_out, sql,
                   report_hint=True)
-
-
-def config(
-    run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
-    db: Path = DB,
-    json_out: bool = JSON_OUT,
-    sql: bool = SQL,
-    save: bool = SAVE,
-) -> None:
-    """The engine's configuration linked to the run against what the run asked of it: the
-    batch cap the load ran into, requests over max_model_len, prefix caching off under shared
-    prefixes, a prefill budget below the prompts (runbook: playbooks/config/config.md)."""
-    run_playbook(lambda con: diagnose_config(con, run_id, ConfigOptions()), db, save, json_out,
-                 sql, report_hint=False)
-
-
-def links(
-    run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last'."),
-    db: Path = DB,
-    json_out: bool = JSON_OUT,
-    sql: bool = SQL,
-    save: bool = SAVE,
-) -> None:
-    """What the link probes linked to the run (`infbench probe links --run RUN`) found: a slow
-    rank or pair on the run's hosts, as a finding over the whole run."""
-    run_playbook(lambda con: diagnose_links(con, run_id, LinksOptions()), db, save, json_out,
-                 sql, report_hint=False)
 
 
 def mbu(
