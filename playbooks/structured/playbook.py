@@ -1,0 +1,234 @@
+"""Playbook `structured`: structured output's two costs in a run, told apart.
+
+- A **compile stall**, paid once per schema: the first request of a schema the engine has not
+  compiled waits for the compile; later ones hit the cache. Read from each schema's first
+  request against its later ones (any engine), and from the step log's compiles where the
+  run has one (the bundled engine).
+- A **recurring mask cost**, paid every step by every structured request: the token mask the
+  engine fills per sequence, which either overlaps the forward pass or blocks the step. Only
+  the step log says which; a real engine's run cannot, and the playbook says what would.
+
+Order: the run's requests by schema -> the compile stall -> a cache too small for the
+schemas in rotation -> the mask (blocking, outlasting the forward, or hidden).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+
+from infbench.store import get_run
+from playbooks.findings import Diagnosis, Evidence, Finding
+from playbooks.structured.requests import SchemaRequests, load_requests, schema_sizes, size_fit
+from playbooks.structured.steps import StepFacts, load_steps
+
+# A first request must stand above the warm requests' p95 to count as stalled; a stall is
+# named when at least this share of the schemas' first requests do (without a stall about 5%
+# would, by chance) and the median excess is at least MIN_STALL_MS.
+STALL_SHARE = 0.5
+MIN_STALL_MS = 2.0
+MIN_WARM_REQUESTS = 3
+# The mask's share of a structured step's time from which blocking is a warning.
+MASK_WARNING_SHARE = 0.05
+# Share of structured steps where an overlapped mask still outlasted the forward pass.
+OUTLAST_SHARE = 0.2
+
+
+@dataclass
+class StructuredOptions:
+    def validate(self) -> None:
+        return None
+
+
+def _r(v: float | None, nd: int = 2) -> float | None:
+    return None if v is None else round(float(v), nd)
+
+
+def diagnose_structured(con: duckdb.DuckDBPyConnection, run_ref: str,
+                        options: StructuredOptions | None = None) -> Diagnosis:
+    (options or StructuredOptions()).validate()
+    run = get_run(con, run_ref)
+    workload = run.config.get("workload") or {}
+    if workload.get("workload") != "structured":
+        raise ValueError(f"run {run.run_id}: not a structured-output run (workload "
+                         f"{workload.get('workload', 'unknown')!r}); this playbook reads the "
+                         "structured workload's requests, labelled by schema")
+    reqs = load_requests(con, run.run_id)
+    steps = load_steps(con, run.run_id)
+    sizes = schema_sizes(workload)
+    diag = Diagnosis("structured", run.run_id,
+                     {"requests": bool(reqs.first_ttft), "engine_steps": steps is not None})
+    extra = reqs.extra_ms()
+    diag.context = {
+        "schemas_seen": len(reqs.first_ttft), "requests_later": int(reqs.ttft["later"].size),
+        "warm_ttft_p50_ms": _r(reqs.baseline_ms), "warm_ttft_p95_ms": _r(reqs.warm_quantile(0.95)),
+        "first_request_extra_ms_median": _r(float(np.median(list(extra.values()))) if extra else None),
+        "no_findings": "No findings: first requests of each schema were as fast as later ones "
+                       "and no step paid for a token mask."}
+    if steps is not None:
+        diag.context.update({"engine_ms_per_compile": _r(steps.ms_per_compile),
+                             "mask_mode": steps.mode,
+                             "mask_ms_per_step": _r(steps.mask.get("mask_ms_per_step"), 3),
+                             "mask_exposed_ms_per_step": _r(steps.mask.get("exposed_ms_per_step"), 3)})
+    else:
+        diag.notes.append(
+            "No structured-output step log (a real engine's run): the compile stall is measured "
+            "from the client only, and whether the token mask blocks the step or overlaps the "
+            "forward pass cannot be told. What would tell it: the same load with and without "
+            "response_format at matched concurrency (the TPOT difference is the mask's exposed "
+            "cost per step), or a profile of the engine core (`infbench trace`) where vLLM's "
+            "get_grammar_bitmask runs either beside the forward pass or before it.")
+    if reqs.ttft["later"].size < MIN_WARM_REQUESTS:
+        diag.notes.append(f"Only {reqs.ttft['later'].size} requests found their schema compiled: "
+                          f"too few to judge the first requests against (need "
+                          f"{MIN_WARM_REQUESTS}); send more requests per schema.")
+    for f in (_compile_stall(reqs, steps, sizes), _cache_too_small(reqs, steps), _mask(steps)):
+        if f is not None:
+            diag.findings.append(f)
+    return diag
+
+
+def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
+                   sizes: dict[str, dict]) -> Finding | None:
+    extra = reqs.extra_ms()
+    p95 = reqs.warm_quantile(0.95)
+    if not extra or p95 is None or reqs.ttft["later"].size < MIN_WARM_REQUESTS:
+        return None
+    firsts = reqs.ttft["first"]
+    above = float(np.mean(firsts > p95))
+    median_extra = float(np.median(list(extra.values())))
+    if above < STALL_SHARE or median_extra < MIN_STALL_MS:
+        return None
+    new = {label for label, s in sizes.items() if s.get("new")}
+    stable = set(sizes) - new
+    joined = reqs.ttft["joined"]
+    req_values = {
+        "schemas": len(extra), "first_requests_above_warm_p95": round(above, 3),
+        "first_ttft_median_ms": _r(float(np.median(firsts))),
+        "first_ttft_max_ms": _r(float(firsts.max())),
+        "warm_ttft_p50_ms": _r(reqs.baseline_ms), "warm_ttft_p95_ms": _r(p95),
+        "extra_ms_per_cold_schema_median": _r(median_extra),
+        "extra_ms_per_cold_schema_max": _r(max(extra.values())),
+        "requests_joined": int(joined.size),
+        "joined_ttft_median_ms": _r(float(np.median(joined))) if joined.size else None,
+        "requests_later": int(reqs.ttft["later"].size)}
+    evidence = [Evidence("first_vs_later", req_values, reqs.sql,
+                         "kind per request: its schema's first, sent before that first one's "
+                         "first token (joined: may have waited on the same compile), or later")]
+    worst = sorted(extra.items(), key=lambda kv: -kv[1])[:5]
+    evidence.append(Evidence("slowest_first_requests", {k: _r(v) for k, v in worst}, reqs.sql,
+                             "TTFT of each schema's first request above the warm median (ms)"))
+    said_new = ""
+    if new and stable:
+        by = {g: [extra[x] for x in extra if x in group] for g, group in
+              (("new", new), ("stable", stable))}
+        evidence.append(Evidence("new_vs_stable", {
+            f"{g}_schemas": len(v) for g, v in by.items()} | {
+            f"{g}_extra_ms_median": _r(float(np.median(v))) if v else None for g, v in by.items()},
+            None, "from first_vs_later and the workload's schema list (runs.config): new "
+            "schemas carry the run's salt, stable ones are the same text every run"))
+        if by["stable"] and by["new"]:
+            said_new = (f" Schemas new to this run paid {np.median(by['new']):.0f} ms, those "
+                        f"sent in earlier runs {np.median(by['stable']):.0f} ms (already cached).")
+    fit = size_fit(extra, sizes)
+    said_size = ""
+    if fit is not None:
+        evidence.append(Evidence("extra_vs_schema_size", fit, None,
+                                 "least squares of each first request's extra TTFT on its "
+                                 "schema's KiB (runs.config workload.schemas)"))
+        if fit["ms_per_kib"] > 0 and fit["r"] >= 0.5:
+            said_size = (f" It grows with the schema: about {fit['ms_per_kib']:.0f} ms per KiB "
+                         f"(r={fit['r']:.2f}).")
+    said_engine = ""
+    if steps is not None and steps.compiles["compiles"]:
+        c = steps.compiles
+        evidence.append(Evidence("engine_compiles", {
+            "compiles": int(c["compiles"]), "ms_per_compile": _r(steps.ms_per_compile),
+            "max_single_compile_ms": _r(c["max_single_ms"]), "cache_hits": int(c["hits"]),
+            "cache_misses": int(c["misses"]), "steps_with_requests_waiting": int(c["steps_with_waiting"]),
+            "peak_requests_waiting": int(c["peak_waiting"])}, steps.sql["compiles"]))
+        said_engine = (f" The engine's log has {int(c['compiles'])} compiles of "
+                       f"{steps.ms_per_compile:.0f} ms each on average, while other requests kept "
+                       "stepping: the compile held only the requests waiting on it.")
+        if steps.mask.get("steps"):
+            said_engine += (f" Against it, the token mask cost {steps.mask['exposed_ms_per_step']:.2f} "
+                            "ms per step on the steps' time.")
+    return Finding(
+        "grammar_compile_stall", "The first request of each schema waits for its grammar to compile",
+        min(0.95, 0.5 + above / 2), "warning",
+        f"The first request of each of {len(extra)} schemas waited {median_extra:.0f} ms more "
+        f"for its first token than requests whose schema was compiled (median; up to "
+        f"{max(extra.values()):.0f} ms); later requests of the same schemas did not: a compile "
+        f"stall, paid once per schema, on TTFT.{said_size}{said_new}{said_engine}",
+        evidence,
+        ["pre-warm the schemas: send one request per schema in rotation when a replica starts, "
+         "before it takes traffic (the compile is then paid by nobody waiting)",
+         "keep the engine's grammar cache larger than the schemas in rotation (vLLM: "
+         "VLLM_XGRAMMAR_CACHE_MB; the bundled engine: --grammar-cache-size), or a warm schema "
+         "is compiled again",
+         "if many new schemas arrive together, more compile threads shorten the queue behind "
+         "the first (vLLM compiles on (CPUs+1)//2 threads; the bundled engine: "
+         "--grammar-compile-workers)"],
+        scope={"requests": []})
+
+
+def _cache_too_small(reqs: SchemaRequests, steps: StepFacts | None) -> Finding | None:
+    if steps is None:
+        return None
+    compiles, schemas = int(steps.compiles["compiles"]), len(reqs.first_ttft)
+    if not schemas or compiles <= schemas:
+        return None
+    return Finding(
+        "grammar_cache_too_small", "The grammar cache evicts schemas still in rotation",
+        0.85, "warning",
+        f"The engine compiled {compiles} times for {schemas} distinct schemas: "
+        f"{compiles - schemas} compiles were of schemas compiled before and evicted, each "
+        "another stall on a request that should have hit the cache.",
+        [Evidence("compiles_vs_schemas", {"compiles": compiles, "distinct_schemas": schemas,
+                                          "recompiles": compiles - schemas,
+                                          "cache_hits": int(steps.compiles["hits"]),
+                                          "cache_misses": int(steps.compiles["misses"])},
+                  steps.sql["compiles"], f"distinct schemas from: {reqs.sql}")],
+        [f"raise the grammar cache to hold at least {schemas} schemas (the bundled engine: "
+         f"--grammar-cache-size {schemas}; vLLM: VLLM_XGRAMMAR_CACHE_MB)"])
+
+
+def _mask(steps: StepFacts | None) -> Finding | None:
+    if steps is None or steps.mode is None:
+        return None
+    m = steps.mask
+    share = steps.exposed_share
+    values = {"structured_steps": int(m["steps"]), "seqs_per_step": _r(m["seqs_per_step"]),
+              "mask_ms_per_step": _r(m["mask_ms_per_step"], 3),
+              "exposed_ms_per_step": _r(m["exposed_ms_per_step"], 3),
+              "step_ms": _r(m["step_ms"], 3), "exposed_share_of_step": _r(share, 4),
+              "steps_exposed": int(m["steps_exposed"]), "mode": steps.mode}
+    ev = [Evidence("mask_per_step", values, steps.sql["mask"])]
+    if steps.mode in ("blocking", "mixed"):
+        return Finding(
+            "grammar_mask_blocks_step", "The token mask blocks every step it is in", 0.9,
+            "warning" if share >= MASK_WARNING_SHARE else "info",
+            f"The engine fills the token mask before the forward pass: {m['mask_ms_per_step']:.3f} "
+            f"ms per step ({m['seqs_per_step']:.1f} structured sequences) on top of the step, "
+            f"{share:.1%} of a structured step's {m['step_ms']:.2f} ms, paid by every token of "
+            "every request in the batch, structured or not.", ev,
+            ["overlap the mask with the forward pass: vLLM's engine core fills the bitmask while "
+             "the forward runs (EngineCore.step); SGLang does unless --disable-overlap-schedule; "
+             "the bundled engine: --grammar-mask-overlap"])
+    if m["steps_exposed"] >= OUTLAST_SHARE * m["steps"]:
+        return Finding(
+            "grammar_mask_outlasts_forward", "The token mask takes longer than the forward pass",
+            0.8, "warning",
+            f"The mask overlaps the forward pass but outlasted it on {m['steps_exposed']} of "
+            f"{m['steps']} structured steps: {m['mask_ms_per_step']:.3f} ms of mask per step, "
+            f"{m['exposed_ms_per_step']:.3f} ms of it beyond the forward ({share:.1%} of the step).",
+            ev, ["fewer structured sequences per step (a lower max_num_seqs for this traffic) or a "
+                 "faster grammar backend; the overlap cannot hide a mask longer than the forward"])
+    return Finding(
+        "grammar_mask_overlapped", "The token mask overlaps the forward pass and costs no step time",
+        0.85, "info",
+        f"The mask ({m['mask_ms_per_step']:.3f} ms per step for {m['seqs_per_step']:.1f} "
+        f"structured sequences) runs beside the forward pass ({m['step_ms']:.2f} ms per step) "
+        "and added nothing to the steps.", ev, [])

@@ -1,0 +1,106 @@
+"""What the client saw: each schema's first request against its later ones.
+
+An engine compiles a schema the first time it meets it (vLLM: xgrammar, asynchronously; the
+request waits in the scheduler) and serves later requests of the same schema from its cache.
+So a compile shows on the client as a first request of a schema whose TTFT stands out from
+the requests that found their schema compiled. Requests of the same schema sent while its
+first was still waiting for its first token may have waited on the same compile ("joined"),
+so they are counted apart from both. Works for any engine: it needs only the requests and
+their labels (the structured workload labels each request with its schema).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from playbooks.sql import fetch
+
+# Each request of the run, its schema (label), TTFT, and whether it was its schema's first
+# request, sent while that first one was still waiting for its first token, or later.
+REQUESTS_SQL = """
+WITH r AS (
+  SELECT request_idx, label, send_ns, first_content_ns,
+         (first_content_ns - send_ns) / 1e6 AS ttft_ms
+  FROM requests
+  WHERE run_id = $run_id AND error_class IS NULL AND first_content_ns IS NOT NULL
+    AND label IS NOT NULL
+), firsts AS (
+  SELECT label, arg_min(request_idx, send_ns) AS first_idx,
+         arg_min(first_content_ns, send_ns) AS first_token_ns
+  FROM r GROUP BY label
+)
+SELECT r.label, r.request_idx, r.send_ns, r.ttft_ms,
+       CASE WHEN r.request_idx = f.first_idx THEN 'first'
+            WHEN r.send_ns < f.first_token_ns THEN 'joined'
+            ELSE 'later' END AS kind
+FROM r JOIN firsts f USING (label)
+ORDER BY r.send_ns
+"""
+
+
+@dataclass
+class SchemaRequests:
+    """Per run: the requests split by kind, and each schema's first request."""
+
+    sql: str
+    ttft: dict[str, np.ndarray]                   # kind -> TTFTs (ms)
+    first_ttft: dict[str, float]                  # schema label -> its first request's TTFT
+    joined_by_schema: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def baseline_ms(self) -> float | None:
+        """The median TTFT of requests that found their schema compiled."""
+        later = self.ttft["later"]
+        return float(np.median(later)) if later.size else None
+
+    def warm_quantile(self, q: float) -> float | None:
+        later = self.ttft["later"]
+        return float(np.quantile(later, q)) if later.size else None
+
+    def extra_ms(self) -> dict[str, float]:
+        """Each schema's first request: its TTFT above the warm median."""
+        base = self.baseline_ms
+        if base is None:
+            return {}
+        return {label: t - base for label, t in self.first_ttft.items()}
+
+
+def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests:
+    sql, rows = fetch(con, REQUESTS_SQL, run_id=run_id)
+    kinds: dict[str, list[float]] = {"first": [], "joined": [], "later": []}
+    first: dict[str, float] = {}
+    joined: dict[str, int] = {}
+    for label, _idx, _send, ttft, kind in rows:
+        kinds[kind].append(float(ttft))
+        if kind == "first":
+            first[label] = float(ttft)
+        elif kind == "joined":
+            joined[label] = joined.get(label, 0) + 1
+    return SchemaRequests(sql, {k: np.asarray(v, dtype=float) for k, v in kinds.items()},
+                          first, joined)
+
+
+def schema_sizes(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """label -> {fields, bytes, new} from the structured workload's description (the run's
+    config), where the run generated its schemas (`--schemas K`); else empty."""
+    listed = workload.get("schemas")
+    if not isinstance(listed, dict):
+        return {}
+    return {s["label"]: s for s in listed.get("schemas", []) if isinstance(s, dict) and "label" in s}
+
+
+def size_fit(extra: dict[str, float], sizes: dict[str, dict[str, Any]]) -> dict[str, float] | None:
+    """Least squares of a cold schema's extra TTFT on its size in KiB, where the cold schemas
+    have at least three distinct sizes: {base_ms, ms_per_kib, r}."""
+    pts = [(sizes[label]["bytes"] / 1024.0, ms) for label, ms in extra.items() if label in sizes]
+    if len({round(x, 3) for x, _ in pts}) < 3:
+        return None
+    x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    slope, base = np.polyfit(x, y, 1)
+    r = float(np.corrcoef(x, y)[0, 1]) if np.std(y) > 0 else 0.0
+    return {"base_ms": round(float(base), 2), "ms_per_kib": round(float(slope), 2),
+            "r": round(r, 3), "schemas": len(pts)}

@@ -1,0 +1,191 @@
+"""The structured playbook (playbooks/structured/) on stores written row by row: a compile
+stall named with its milliseconds, the mask's mode named from the step log, and nothing on a
+healthy run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pytest
+
+from infbench.store import create_run, open_store
+from playbooks.structured import diagnose_structured
+
+MS = 1_000_000
+
+
+def store(tmp_path: Path, requests: list[tuple[str, float, float]], *,
+          schemas: list[dict[str, Any]] | None = None, steps: list[dict[str, Any]] = (),
+          workload: str = "structured") -> duckdb.DuckDBPyConnection:
+    """`requests`: (label, send ms, ttft ms); `steps`: engine_steps rows with grammar fields."""
+    con = open_store(tmp_path / "s.duckdb")
+    wl: dict[str, Any] = {"workload": workload}
+    if schemas is not None:
+        wl["schemas"] = {"count": len(schemas), "schemas": schemas}
+    create_run(con, run_id="r", config={"workload": wl}, target_url="http://127.0.0.1:1",
+               model="m", endpoint="chat", t0_monotonic_ns=0)
+    for i, (label, send, ttft) in enumerate(requests):
+        con.execute("INSERT INTO requests (run_id, request_idx, label, phase, send_ns, "
+                    "first_content_ns) VALUES ('r', ?, ?, 'measure', ?, ?)",
+                    [i, label, int(send * MS), int((send + ttft) * MS)])
+    for i, row in enumerate(steps):
+        cols = ["run_id", "step_id", *row]
+        con.execute(f"INSERT INTO engine_steps ({', '.join(cols)}) VALUES "
+                    f"({', '.join('?' * len(cols))})", ["r", i, *row.values()])
+    return con
+
+
+def workload_run(rng: np.random.Generator, k: int, per_schema: int, warm_ms: float,
+                 cold_ms: dict[str, float], gap_ms: float = 30.0) -> list[tuple[str, float, float]]:
+    """Requests every gap_ms, schemas picked at random; a schema's first request pays its
+    cold_ms (schemas not in cold_ms were cached already)."""
+    labels = [f"schema-{i:03d}" for i in range(k)]
+    picks = list(np.repeat(labels, per_schema))
+    rng.shuffle(picks)
+    seen: set[str] = set()
+    out = []
+    for n, label in enumerate(picks):
+        ttft = warm_ms + rng.normal(0, warm_ms * 0.06)
+        if label not in seen:
+            ttft += cold_ms.get(label, 0.0)
+            seen.add(label)
+        out.append((str(label), n * gap_ms, max(1.0, ttft)))
+    return out
+
+
+def finding(d: Any, verdict: str) -> Any:
+    return next(f for f in d.findings if f.verdict == verdict)
+
+
+@pytest.mark.parametrize(("k", "warm_ms", "base_ms", "per_kib", "seed"), [
+    (6, 48.0, 140.0, 0.0, 1), (9, 22.0, 12.0, 55.0, 2), (14, 75.0, 30.0, 120.0, 3)])
+def test_a_compile_stall_is_named_with_its_milliseconds_and_size_growth(
+        tmp_path: Path, k: int, warm_ms: float, base_ms: float, per_kib: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    sizes = {f"schema-{i:03d}": int(300 + 700 * i) for i in range(k)}
+    cold = {label: base_ms + per_kib * b / 1024 for label, b in sizes.items()}
+    listed = [{"label": label, "fields": 3, "bytes": b, "new": True} for label, b in sizes.items()]
+    # a gap longer than any stall: no request joins another's compile
+    gap = 2 * (max(cold.values()) + warm_ms)
+    con = store(tmp_path, workload_run(rng, k, 12, warm_ms, cold, gap_ms=gap), schemas=listed)
+    d = diagnose_structured(con, "r")
+    f = finding(d, "grammar_compile_stall")
+    ev = next(e.values for e in f.evidence if e.name == "first_vs_later")
+    assert ev["schemas"] == k and ev["requests_joined"] == 0
+    want = float(np.median(list(cold.values())))
+    assert ev["extra_ms_per_cold_schema_median"] == pytest.approx(want, abs=4 * warm_ms * 0.06 + 1)
+    fit = next((e.values for e in f.evidence if e.name == "extra_vs_schema_size"), None)
+    assert fit is not None
+    assert fit["ms_per_kib"] == pytest.approx(per_kib, abs=12.0)
+    assert ("per KiB" in f.summary) == (per_kib > 0)
+    for e in f.evidence:
+        if e.sql:
+            con.execute(e.sql).fetchall()  # the SQL shown is the SQL that ran
+    assert d.notes and "cannot be told" in d.notes[0]  # no step log: the mask is unknown
+    assert not any(x.verdict.startswith("grammar_mask") for x in d.findings)
+
+
+def test_a_healthy_run_with_slow_outliers_among_later_requests_has_no_finding(
+        tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    reqs = workload_run(rng, 8, 15, 40.0, {})
+    # a few slow later requests (another cause) must not read as compiles
+    reqs = [(lab, s, t + (300.0 if i % 37 == 36 else 0.0)) for i, (lab, s, t) in enumerate(reqs)]
+    d = diagnose_structured(store(tmp_path, reqs), "r")
+    assert d.findings == []
+    assert d.context["schemas_seen"] == 8
+
+
+def test_only_schemas_new_to_the_run_stall_when_the_others_were_cached(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    labels = [f"schema-{i:03d}" for i in range(10)]
+    new = set(labels[::2])
+    listed = [{"label": x, "fields": 4, "bytes": 400, "new": x in new} for x in labels]
+    reqs = workload_run(rng, 10, 10, 30.0, {x: 90.0 for x in new}, gap_ms=400.0)
+    d = diagnose_structured(store(tmp_path, reqs, schemas=listed), "r")
+    f = finding(d, "grammar_compile_stall")
+    split = next(e.values for e in f.evidence if e.name == "new_vs_stable")
+    assert split["new_schemas"] == split["stable_schemas"] == 5
+    assert split["new_extra_ms_median"] == pytest.approx(90.0, abs=8)
+    assert abs(split["stable_extra_ms_median"]) < 8
+
+
+def test_requests_sent_during_the_first_ones_compile_are_counted_as_joined(tmp_path: Path) -> None:
+    # two schemas; their 2nd and 3rd requests go out 10 ms after the first, inside its 200 ms
+    reqs = [("a", 0, 230), ("a", 10, 221), ("a", 20, 211), ("b", 5, 235), ("b", 15, 225)]
+    reqs += [(lab, 1000 + 50 * i, 30 + i % 3) for i, lab in enumerate("abababab")]
+    d = diagnose_structured(store(tmp_path, reqs), "r")
+    ev = next(e.values for e in finding(d, "grammar_compile_stall").evidence
+              if e.name == "first_vs_later")
+    assert ev["requests_joined"] == 3 and ev["requests_later"] == 8
+
+
+def steps_rows(n: int, *, blocking: bool, mask_ms: float, exposed_ms: float, step_ms: float,
+               seqs: int = 4, compiles: list[tuple[int, float]] = ()) -> list[dict[str, Any]]:
+    rows = []
+    done = dict(compiles)
+    for i in range(n):
+        c, cms = (1, done[i]) if i in done else (0, 0.0)
+        rows.append({"start_s": i * step_ms / 1e3, "end_s": (i + 1) * step_ms / 1e3,
+                     "structured_seqs": seqs, "grammar_mask_ms": mask_ms,
+                     "grammar_mask_exposed_ms": exposed_ms, "grammar_mask_blocking": blocking,
+                     "grammar_waiting": 2 if c == 0 and i < max(done or [0]) else 0,
+                     "grammar_compiles": c, "grammar_compile_ms": cms,
+                     "grammar_cache_hits": 1, "grammar_cache_misses": c})
+    return rows
+
+
+@pytest.mark.parametrize(("mask_ms", "step_ms", "severity"), [(0.9, 9.0, "warning"),
+                                                               (0.12, 14.0, "info")])
+def test_a_blocking_mask_is_named_with_its_share_of_the_step(
+        tmp_path: Path, mask_ms: float, step_ms: float, severity: str) -> None:
+    reqs = workload_run(np.random.default_rng(21), 4, 10, 25.0, {})
+    steps = steps_rows(300, blocking=True, mask_ms=mask_ms, exposed_ms=mask_ms, step_ms=step_ms)
+    d = diagnose_structured(store(tmp_path, reqs, steps=steps), "r")
+    f = finding(d, "grammar_mask_blocks_step")
+    assert f.severity == severity
+    ev = f.evidence[0].values
+    assert ev["mode"] == "blocking" and ev["mask_ms_per_step"] == pytest.approx(mask_ms)
+    assert ev["exposed_share_of_step"] == round(mask_ms / step_ms, 4)  # shown to 4 places
+    assert d.context["mask_mode"] == "blocking" and not d.notes
+
+
+@pytest.mark.parametrize(("mask_ms", "exposed_ms", "verdict"), [
+    (0.3, 0.0, "grammar_mask_overlapped"), (6.5, 1.5, "grammar_mask_outlasts_forward")])
+def test_an_overlapped_mask_is_hidden_or_outlasts_the_forward(
+        tmp_path: Path, mask_ms: float, exposed_ms: float, verdict: str) -> None:
+    reqs = workload_run(np.random.default_rng(22), 4, 10, 25.0, {})
+    steps = steps_rows(200, blocking=False, mask_ms=mask_ms, exposed_ms=exposed_ms, step_ms=6.0)
+    d = diagnose_structured(store(tmp_path, reqs, steps=steps), "r")
+    assert [f.verdict for f in d.findings] == [verdict]
+    assert d.findings[0].evidence[0].values["mode"] == "overlap"
+
+
+def test_more_compiles_than_schemas_is_a_cache_too_small(tmp_path: Path) -> None:
+    reqs = workload_run(np.random.default_rng(23), 3, 10, 25.0, {})
+    steps = steps_rows(100, blocking=False, mask_ms=0.1, exposed_ms=0.0, step_ms=5.0,
+                       compiles=[(3, 40.0), (20, 41.0), (50, 39.0), (70, 42.0), (90, 40.0)])
+    d = diagnose_structured(store(tmp_path, reqs, steps=steps), "r")
+    f = finding(d, "grammar_cache_too_small")
+    assert f.evidence[0].values["recompiles"] == 2
+    assert "--grammar-cache-size 3" in f.next_actions[0]
+    assert d.context["engine_ms_per_compile"] == pytest.approx(40.4)
+
+
+def test_a_run_of_another_workload_is_refused_naming_it(tmp_path: Path) -> None:
+    con = store(tmp_path, [("x", 0, 10)], workload="synthetic")
+    with pytest.raises(ValueError, match="not a structured-output run.*'synthetic'"):
+        diagnose_structured(con, "r")
+
+
+def test_the_diagnosis_round_trips_through_json(tmp_path: Path) -> None:
+    from playbooks.findings import Diagnosis
+    reqs = workload_run(np.random.default_rng(9), 5, 8, 30.0, {f"schema-{i:03d}": 80.0 for i in range(5)},
+                        gap_ms=500.0)
+    d = diagnose_structured(store(tmp_path, reqs), "r")
+    again = Diagnosis.from_dict(json.loads(json.dumps(d.to_dict())))
+    assert again.verdicts() == d.verdicts() == ["grammar_compile_stall"]
