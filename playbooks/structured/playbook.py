@@ -146,15 +146,17 @@ def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
         c = steps.compiles
         evidence.append(Evidence("engine_compiles", {
             "compiles": int(c["compiles"]), "ms_per_compile": _r(steps.ms_per_compile),
-            "max_single_compile_ms": _r(c["max_single_ms"]), "cache_hits": int(c["hits"]),
+            "max_step_ms_per_compile": _r(c["max_step_ms_per_compile"]),
+            "cache_hits": int(c["hits"]),
             "cache_misses": int(c["misses"]), "steps_with_requests_waiting": int(c["steps_with_waiting"]),
             "peak_requests_waiting": int(c["peak_waiting"])}, steps.sql["compiles"]))
         said_engine = (f" The engine's log has {int(c['compiles'])} compiles of "
                        f"{steps.ms_per_compile:.0f} ms each on average, while other requests kept "
                        "stepping: the compile held only the requests waiting on it.")
         if steps.mask.get("steps"):
-            said_engine += (f" Against it, the token mask cost {steps.mask['exposed_ms_per_step']:.2f} "
-                            "ms per step on the steps' time.")
+            said_engine += (f" Against it, the recurring token mask added "
+                            f"{steps.mask['exposed_ms_per_step']:.3f} ms to each structured step "
+                            f"(of {steps.mask['mask_ms_per_step']:.3f} ms filled).")
     return Finding(
         "grammar_compile_stall", "The first request of each schema waits for its grammar to compile",
         min(0.95, 0.5 + above / 2), "warning",

@@ -13,7 +13,8 @@ from playbooks.sql import fetch_one
 COMPILES_SQL = """
 SELECT sum(grammar_compiles) AS compiles,
        sum(grammar_compile_ms) AS compile_ms,
-       max(grammar_compile_ms) FILTER (WHERE grammar_compiles = 1) AS max_single_ms,
+       max(grammar_compile_ms / grammar_compiles) FILTER (WHERE grammar_compiles > 0)
+           AS max_step_ms_per_compile,
        sum(grammar_cache_hits) AS hits,
        sum(grammar_cache_misses) AS misses,
        count(*) FILTER (WHERE grammar_waiting > 0) AS steps_with_waiting,
@@ -67,7 +68,7 @@ class StepFacts:
 def load_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> StepFacts | None:
     """None where the run's step log has no structured-output fields."""
     csql, crow = fetch_one(con, COMPILES_SQL, run_id=run_id)
-    names = ("compiles", "compile_ms", "max_single_ms", "hits", "misses", "steps_with_waiting",
+    names = ("compiles", "compile_ms", "max_step_ms_per_compile", "hits", "misses", "steps_with_waiting",
              "peak_waiting", "steps")
     compiles = dict(zip(names, crow, strict=True))
     if not compiles["steps"]:
