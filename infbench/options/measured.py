@@ -27,6 +27,7 @@ from infbench.pipeline.request import (
     DEFAULT_INPUT_TOKENS,
     DEFAULT_PREFIX_GROUPS,
     DEFAULT_PREFIX_TOKENS,
+    DEFAULT_SCHEMA_FIELDS,
     DEFAULT_TURNS,
     GPU_INTERVAL_S,
     LoadSpec,
@@ -80,13 +81,17 @@ class WorkloadOptions(OptionGroup):
     time_scale: float = option(1.0, help="trace: multiply inter-arrival gaps (0.5 = twice as fast).")
     trace_start: float = option(0.0, help="trace: skip rows before this many seconds into the trace.")
     trace_end: float | None = option(None, help="trace: stop at this many seconds into the trace.")
+    schemas: int | None = option(None, help="structured: send K generated JSON schemas (each request picks one) instead of the three fixed ones.")
+    schema_fields: str | None = option(None, help=f"structured with --schemas: properties per schema, {DEFAULT_SCHEMA_FIELDS} or uniform:LOW:HIGH for a mix of sizes (default {DEFAULT_SCHEMA_FIELDS}).")
+    new_schemas: float | None = option(None, help="structured with --schemas: share of the schemas new to this run, cold on any engine (default 1); the rest are the same text in every run, so an engine that served an earlier run has them compiled.")
 
     def spec(self) -> WorkloadSpec:
         return WorkloadSpec.parse(
             self.workload, self.input_tokens, self.output_tokens, prefix_groups=self.prefix_groups,
             prefix_tokens=self.prefix_tokens, turns=self.turns, dataset=self.dataset,
             trace=self.trace, time_scale=self.time_scale, trace_start=self.trace_start,
-            trace_end=self.trace_end)
+            trace_end=self.trace_end, schemas=self.schemas, schema_fields=self.schema_fields,
+            new_schemas=self.new_schemas)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from infbench.loadgen.workers.scale import REFUSED as WORKERS_REFUSED
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads import Workload
 from infbench.loadgen.workloads.build import build_workload
+from infbench.loadgen.workloads.schemas import SchemaMix
 from probes.gpu.run_probe import DEFAULT_INTERVAL_S as GPU_INTERVAL_S
 from probes.prometheus.client import PrometheusClient, connect
 
@@ -31,6 +32,7 @@ DEFAULT_INPUT_TOKENS = "uniform:256:1024"
 DEFAULT_PREFIX_GROUPS = 4
 DEFAULT_PREFIX_TOKENS = 512
 DEFAULT_TURNS = 3
+DEFAULT_SCHEMA_FIELDS = "12"
 DEFAULT_CLOSED_SLOTS = 8
 
 
@@ -97,18 +99,20 @@ class WorkloadSpec:
     time_scale: float = 1.0
     trace_start: float = 0.0
     trace_end: float | None = None
+    schemas: SchemaMix | None = None  # structured: generated schemas (workloads/schemas.py)
 
     @classmethod
     def parse(cls, kind: str, input_tokens: str, output_tokens: str | None, *,
               prefix_groups: int = DEFAULT_PREFIX_GROUPS, prefix_tokens: int = DEFAULT_PREFIX_TOKENS,
               turns: int = DEFAULT_TURNS, dataset: Path | None = None, trace: Path | None = None,
               time_scale: float = 1.0, trace_start: float = 0.0,
-              trace_end: float | None = None) -> WorkloadSpec:
+              trace_end: float | None = None, schemas: int | None = None,
+              schema_fields: str | None = None, new_schemas: float | None = None) -> WorkloadSpec:
         """Lengths as `--input-tokens`/`--output-tokens` give them (512, uniform:LOW:HIGH, ...)."""
         return cls(kind, LengthDist.parse(input_tokens, "input_tokens"),
                    None if output_tokens is None else LengthDist.parse(output_tokens, "output_tokens"),
                    prefix_groups, prefix_tokens, turns, dataset, trace, time_scale, trace_start,
-                   trace_end)
+                   trace_end, schema_mix(schemas, schema_fields, new_schemas))
 
     def build(self, target: Target) -> Workload:
         """The workload for this target (its token model sizes the prompts), files read."""
@@ -116,7 +120,18 @@ class WorkloadSpec:
             self.kind, input_len=self.input_len, output_len=self.output_len, target=target,
             prefix_groups=self.prefix_groups, prefix_tokens=self.prefix_tokens, turns=self.turns,
             dataset=self.dataset, trace=self.trace, time_scale=self.time_scale,
-            trace_start=self.trace_start, trace_end=self.trace_end)
+            trace_start=self.trace_start, trace_end=self.trace_end, schemas=self.schemas)
+
+
+def schema_mix(count: int | None, fields: str | None, new_share: float | None) -> SchemaMix | None:
+    """`--schemas K --schema-fields N|DIST --new-schemas SHARE`; the last two need the first."""
+    if count is None:
+        if fields is not None or new_share is not None:
+            raise ValueError("schema_fields/new_schemas: --schema-fields and --new-schemas go "
+                             "with --schemas K")
+        return None
+    return SchemaMix(count, LengthDist.parse(fields or DEFAULT_SCHEMA_FIELDS, "schema_fields"),
+                     1.0 if new_share is None else new_share)
 
 
 @dataclass(frozen=True)

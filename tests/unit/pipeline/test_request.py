@@ -129,3 +129,15 @@ def test_engine_settings_are_the_resolved_values() -> None:
     doc = {"model": {"value": "m", "default": True}, "gpu": {"value": "H100", "default": False}, "n": 3}
     assert engine_settings(doc) == {"model": "m", "gpu": "H100", "n": 3}
     assert engine_settings(None) is None
+
+
+def test_schemas_make_a_mix_and_their_companions_need_them() -> None:
+    spec = WorkloadSpec.parse("structured", "64", "8", schemas=5, schema_fields="uniform:3:9",
+                              new_schemas=0.4)
+    assert spec.schemas is not None and spec.schemas.count == 5 and spec.schemas.num_new == 2
+    assert str(spec.schemas.fields) == "uniform:3:9"
+    assert WorkloadSpec.parse("structured", "64", "8").schemas is None
+    with pytest.raises(ValueError, match="go with --schemas K"):
+        WorkloadSpec.parse("structured", "64", "8", new_schemas=0.5)
+    with pytest.raises(ValueError, match="schema_fields"):
+        WorkloadSpec.parse("structured", "64", "8", schemas=3, schema_fields="banana")
