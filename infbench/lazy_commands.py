@@ -79,14 +79,14 @@ class LazyCommand(TyperCommand):
         return self.real.shell_complete(ctx, incomplete)
 
 
-def usage_error_in_one_line(exc: UsageError, ctx: Any) -> typer.Exit:
-    """A usage error (unknown option, bad value, missing argument) as one line on stderr."""
-    from infbench.console import print_error
+def usage_error_in_one_line(exc: Exception, ctx: Any) -> typer.Exit:
+    """A usage error (unknown option, bad value, missing argument: click's UsageError, from
+    whichever copy of click raised it) as one line on stderr, its whitespace collapsed."""
+    from infbench.command_support import fail
 
-    where = (exc.ctx or ctx).command_path
-    message = " ".join(exc.format_message().split())
-    print_error(f"{where}: {message} (see {where} --help)")
-    return typer.Exit(2)
+    where = (getattr(exc, "ctx", None) or ctx).command_path
+    message = " ".join(getattr(exc, "format_message", exc.__str__)().split())
+    return fail(f"{where}: {message} (see {where} --help)")
 
 
 def lazy_group(commands: list[Lazy]) -> type[TyperGroup]:

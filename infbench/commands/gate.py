@@ -13,7 +13,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from infbench.console import make_console, print_error, print_warning
+from infbench.command_support import fail
+from infbench.console import make_console, print_warning
 from infbench.gate import FAIL, INCONCLUSIVE, PASS, RuleResult, load_rules
 from infbench.gate.compat import compare_runs
 from infbench.gate.noise import measure_noise
@@ -40,11 +41,6 @@ app = typer.Typer(help="Statistical performance gates: pass, fail or inconclusiv
 
 DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store holding runs named by id.")
 _STYLE = {PASS: "bold green", FAIL: "bold red", INCONCLUSIVE: "bold yellow"}
-
-
-def _fail(message: str) -> typer.Exit:
-    print_error(message)
-    return typer.Exit(2)
 
 
 @app.callback()
@@ -82,7 +78,7 @@ def gate(
         bases, cands = [open_samples(b, db) for b in baseline], [open_samples(c, db) for c in candidate]
         outcome = run_gate_runs(bases, cands, ruleset, allow_different_workloads=allow_different_workloads)
     except (ValueError, StoreError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     results = outcome.results
     doc = gate_document(outcome.verdict, results, {
         "baseline": ", ".join(s.run.run_id for s in bases), "candidate": ", ".join(s.run.run_id for s in cands),
@@ -145,7 +141,7 @@ def plan(
         ruleset = load_rules(rules)
         base = open_samples(baseline, db)
     except (ValueError, StoreError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     rng = np.random.default_rng(ruleset.settings.seed)
     rows = [plan_rule(r, base, ruleset.settings, change, power, rng) for r in ruleset.rules]
     if json_out:
@@ -206,7 +202,7 @@ def noise(
         if write is not None:
             write.write_text(written.text, encoding="utf-8")
     except (ValueError, StoreError, OSError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if json_out:
         sys.stdout.write(json.dumps({"runs": [s.run.run_id for s in samples],
                                      "confidence": ruleset.settings.confidence,
@@ -247,7 +243,7 @@ def compare(
     try:
         a, b = open_samples(run_a, db), open_samples(run_b, db)
     except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     sa, sb = a.run.summary or {}, b.run.summary or {}
     keys = ["completed", "failed", "duration", "request_throughput", "output_throughput"]
     for m in ("ttft", "tpot", "itl", "e2el"):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from infbench.console import make_console, print_error, print_warning
+from infbench.command_support import fail
+from infbench.console import make_console, print_warning
 from infbench.store import StoreError
 from probes.gpu.prometheus import convert_pulled
 from probes.prometheus.client import connect
@@ -40,23 +41,19 @@ def pull(
         client = connect(prometheus, token_env=token_env, token_file=token_file,
                          ca_file=ca_file, insecure=insecure, timeout_s=timeout)
     except ValueError as exc:
-        print_error(str(exc))
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     if not db.is_file():
-        print_error(f"db: {db} does not exist")
-        raise typer.Exit(2)
+        raise fail(f"db: {db} does not exist")
     try:
         report = pull_into_store(db, run, client, selector=selector)
     except StoreError as exc:
-        print_error(str(exc))
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     gpu_rows = 0
     if report.families.get("dcgm"):  # dcgm-exporter series -> gpu_samples, one row per GPU per step
         try:
             gpu_rows = convert_pulled(db, run)
         except StoreError as exc:
-            print_error(str(exc))
-            raise typer.Exit(2) from None
+            raise fail(str(exc)) from None
     if json_out:
         sys.stdout.write(json.dumps({**report.as_dict(), "gpu_samples": gpu_rows}, indent=2) + "\n")
     elif report.status != "failed":

@@ -14,7 +14,8 @@ import typer
 from rich.table import Table
 
 from infbench.command_support import fail, store_or_exit
-from infbench.console import make_console, print_error
+from infbench.console import make_console
+from infbench.exit_codes import FAIL
 from infbench.store import StoreError, open_store
 from probes.gpu.nvml import NvmlUnavailable
 from probes.gpu.run_probe import DEFAULT_INTERVAL_S, probe_for, store_probe
@@ -66,19 +67,15 @@ def gpu(
     counts, XID events and NVLink state. Needs nvidia-ml-py (pip install 'infbench[gpu]') and
     an NVIDIA driver; without them it says so in one line and exits 1."""
     if not duration > 0:
-        print_error(f"duration: must be > 0 seconds, not {duration}")
-        raise typer.Exit(2)
+        raise fail(f"duration: must be > 0 seconds, not {duration}")
     if not interval > 0:
-        print_error(f"interval: must be > 0 seconds, not {interval}")
-        raise typer.Exit(2)
+        raise fail(f"interval: must be > 0 seconds, not {interval}")
     if db is not None and db.exists() and db.is_dir():
-        print_error(f"db: {db} is a directory")
-        raise typer.Exit(2)
+        raise fail(f"db: {db} is a directory")
     try:
         rows, t0 = probe_for(duration, interval, instance=socket.gethostname())
     except NvmlUnavailable as exc:
-        print_error(str(exc))
-        raise typer.Exit(1) from None
+        raise fail(str(exc), FAIL) from None
     summary = summarize_gpus(rows)
     run_id = None
     if db is not None:
@@ -89,8 +86,7 @@ def gpu(
             finally:
                 con.close()
         except StoreError as exc:
-            print_error(str(exc))
-            raise typer.Exit(2) from None
+            raise fail(str(exc)) from None
     if json_out:
         sys.stdout.write(json.dumps({"run_id": run_id, "gpus": summary}, indent=2) + "\n")
         return

@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from infbench.console import make_console, print_error, print_warning
+from infbench.command_support import fail
+from infbench.console import make_console, print_warning
 from infbench.report.config_view import config_rows
 from infbench.report.html import write_html_report
 from infbench.report.terminal import print_summary
@@ -25,18 +26,13 @@ from infbench.store.transfer import (
 DB_OPTION = typer.Option(Path("infbench.duckdb"), help="Store file (DuckDB).")
 
 
-def _fail(message: str) -> typer.Exit:
-    print_error(message)
-    return typer.Exit(2)
-
-
 def runs(db: Path = DB_OPTION, limit: int = typer.Option(50, help="Most recent N runs."),
          json_out: bool = typer.Option(False, "--json", help="JSON on stdout.")) -> None:
     """List the runs in a store, newest first."""
     try:
         con = open_store(db, read_only=True)
     except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     try:
         rows = list_runs(con, limit)
         counts = dict(con.execute("SELECT run_id, count(*) FROM requests GROUP BY 1").fetchall())
@@ -74,7 +70,7 @@ def show(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'last
         finally:
             con.close()
     except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if json_out:
         sys.stdout.write(json.dumps({"run_id": run.run_id, "status": run.status, "status_reason": run.status_reason,
                                      "config": run.config, "summary": run.summary}, indent=2, default=str) + "\n")
@@ -105,7 +101,7 @@ def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
     and findings, and the profiler traces linked to the run (`trace import --run`) with all
     their events; `infbench import DIR` loads them into another store."""
     if format not in (*EXPORT_FORMATS, TRACE_FORMAT):
-        raise _fail(f"format: {format!r} is not one of {', '.join((*EXPORT_FORMATS, TRACE_FORMAT))}")
+        raise fail(f"format: {format!r} is not one of {', '.join((*EXPORT_FORMATS, TRACE_FORMAT))}")
     try:
         con = open_store(db, read_only=True)
         try:
@@ -119,7 +115,7 @@ def export(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
         finally:
             con.close()
     except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if format == TRACE_FORMAT and left_out:
         print_warning(f"{left_out} of {written + left_out} requests have no recorded length and "
                       "were left out: a replay sends fewer requests, so a gate will not pair it "
@@ -140,7 +136,7 @@ def report(run_id: str = typer.Argument(..., help="Run id, unique prefix, or 'la
         finally:
             con.close()
     except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     typer.echo(str(html))
 
 
@@ -161,7 +157,7 @@ def import_cmd(
         _import_from(from_tool, paths, db)
         return
     if len(paths) != 1:
-        raise _fail(f"{len(paths)} paths given: an `infbench export` directory is imported one at a "
+        raise fail(f"{len(paths)} paths given: an `infbench export` directory is imported one at a "
                     "time (several files need --from TOOL)")
     directory = paths[0]
     try:
@@ -177,7 +173,7 @@ def import_cmd(
         finally:
             con.close()
     except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     for rid in ids:
         n_req, n_chunks, n_find, n_traces = counts[rid] or (0, 0, 0, 0)
         traces = f", {n_traces} trace{'s' if n_traces != 1 else ''}" if n_traces else ""
@@ -197,7 +193,7 @@ def _import_from(tool: str, paths: list[Path], db: Path) -> None:
         finally:
             con.close()
     except (BadFile, StoreError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     for s in stored:
         typer.echo(f"imported run {s.run_id} ({s.requests} requests, {s.chunks} chunks) from {tool} "
                    f"{s.source} ({s.record}) into {db}")

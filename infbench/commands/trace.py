@@ -15,18 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from infbench.command_support import fail
 from probes.traces.errors import TraceError
 from probes.traces.timeline_sql import ANALYSES
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
-
-
-def _fail(message: str) -> typer.Exit:
-    from infbench.command_support import fail
-
-    return fail(message)
 
 
 def _table(**kw: Any) -> Table:
@@ -76,7 +71,7 @@ def import_cmd(
         try:
             t = import_trace(con, path, run)
         except (TraceError, StoreError) as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
     if json_out:
         sys.stdout.write(json.dumps(t.__dict__, indent=2) + "\n")
         return
@@ -151,9 +146,9 @@ def analyze(
     names = [n.strip() for n in only.split(",")] if only else [a for a in ANALYSES if a != "cpu_steps"]
     unknown = [n for n in names if n not in ANALYSES]
     if unknown:
-        raise _fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
+        raise fail(f"--only: unknown analysis {unknown[0]!r} (expected {', '.join(ANALYSES)})")
     if top < 1:
-        raise _fail("--top must be >= 1")
+        raise fail("--top must be >= 1")
     results: dict[str, tuple[list[str], list[tuple[Any, ...]], str | None]] = {}
     if trace != "last" and Path(trace).exists():
         from probes.traces.frame import ANALYSES as IN_MEMORY
@@ -162,18 +157,18 @@ def analyze(
         label = f"{trace} (in memory, not imported)"
         names = names if only else list(IN_MEMORY)
         if sql:
-            raise _fail(f"--sql: {trace} is analysed in memory, without SQL; import it "
+            raise fail(f"--sql: {trace} is analysed in memory, without SQL; import it "
                        "(`infbench trace import`) to see the SQL behind each table")
         stored_only = [n for n in names if n not in IN_MEMORY]
         if stored_only:
-            raise _fail(f"--only: {stored_only[0]!r} needs the trace imported (`infbench trace "
+            raise fail(f"--only: {stored_only[0]!r} needs the trace imported (`infbench trace "
                        f"import`); a file is analysed in memory for {', '.join(IN_MEMORY)}")
         try:
             frame = TraceFrame.read(trace)
             for n in names:
                 results[n] = (*frame.query(n, **({"num_kernels": top} if n == "kernels" else {})), None)
         except TraceError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         trace_id = None
     else:
         from infbench.command_support import store_or_exit
@@ -188,7 +183,7 @@ def analyze(
                     for n in names:
                         results[n] = tl.query(n, **({"num_kernels": top} if n == "kernels" else {}))
             except TraceError as exc:
-                raise _fail(str(exc)) from None
+                raise fail(str(exc)) from None
     if json_out:
         out = {"trace_id": trace_id, **({} if trace_id else {"path": trace}), **{n: [dict(zip(c, r, strict=True)) for r in rows]
                                          for n, (c, rows, _) in results.items()}}

@@ -49,7 +49,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     rules = d / "bad.toml"
     rules.write_text("[rule\n")
     return {"good": good, "truncated": truncated, "empty": empty, "garbage": garbage,
-            "file": a_file, "dir": a_dir, "missing": d / "missing" / "x", "rules": rules}
+            "file": a_file, "dir": a_dir, "missing": d / "missing" / "x", "rules": rules,
+            "newline": d / "no\nsuch.json"}
 
 
 def _digest(path: Path) -> str:
@@ -90,6 +91,11 @@ CASES = [
     (["show"], "run_id"),
     (["no-such-command"], "no-such-command"),
     (["gate", "noise", "--rules"], "--rules"),
+    # A line break in a path the user gave: the whole path in the one line, the break written
+    # as a backslash and n (`import --from` printed two lines, `diagnose startup` cut the
+    # line at the break and lost what was wrong).
+    (["import", "--from", "guidellm", "{newline}", "--db", "{good}"], "no\\nsuch.json: "),
+    (["diagnose", "startup", "{newline}", "--db", "{good}"], "no\\nsuch.json: cannot read it"),
 ]
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from infbench.command_support import fail
 from infbench.commands.diagnose.session import (
     JSON_OUT,
     SQL,
-    fail,
     run_playbook,
 )
 from infbench.console import make_console
@@ -63,7 +63,7 @@ def hang(
             finally:
                 con.close()
     except (CaptureError, StoreError, ValueError) as exc:
-        raise fail(str(exc).splitlines()[0]) from None
+        raise fail(str(exc)) from None
     run_playbook(lambda con: diagnose_hang(con, str(ref), options), db, save and run_id is not None,
                   json_out, sql, report_hint=run_id is not None)
     if run_id is None and not json_out:

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import typer
 
+from infbench.command_support import fail
 from infbench.commands.diagnose.cap_test import cap_sweep
 from infbench.commands.diagnose.session import (
     DB,
     JSON_OUT,
     SAVE,
     SQL,
-    fail,
     run_playbook,
 )
 from infbench.loadgen.preflight import PreflightError
@@ -45,6 +45,6 @@ def memory(
             # The run is named once: the sweep's own runs become the store's 'last'.
             run_id, sweep_id = cap_sweep(db, run_id, url, cap_duration, api_key)
         except (PreflightError, StoreError, ValueError) as exc:
-            raise fail(str(exc).splitlines()[0]) from None
+            raise fail(str(exc)) from None
     run_playbook(lambda con: diagnose_memory(con, run_id, MemoryOptions(cap_sweep_id=sweep_id)),
                   db, save, json_out, sql, report_hint=True)

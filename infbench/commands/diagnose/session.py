@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 import duckdb
 import typer
 
+from infbench.command_support import fail
 from infbench.commands.diagnose.show import print_diagnosis
-from infbench.console import make_console, print_error, print_warning
+from infbench.console import make_console, print_warning
 from infbench.store import StoreError, open_store
 from infbench.store.findings import save_diagnosis
 from playbooks import Diagnosis
@@ -28,17 +29,12 @@ SAVE = typer.Option(True, "--save/--no-save", help="Keep the findings in the sto
                     "with the run (replacing this playbook's earlier ones).")
 
 
-def fail(message: str) -> typer.Exit:
-    print_error(message)
-    return typer.Exit(2)
-
-
 def validated(options: Any) -> Any:
-    """A playbook's options, or exit 2 with the first line of what is wrong with them."""
+    """A playbook's options, or exit 2 with what is wrong with them in one line."""
     try:
         options.validate()
     except ValueError as exc:
-        raise fail(str(exc).splitlines()[0]) from None
+        raise fail(str(exc)) from None
     return options
 
 
@@ -73,7 +69,7 @@ def diagnose_and_save(run: Callable[[duckdb.DuckDBPyConnection], T],
         finally:
             con.close()
     except (StoreError, ValueError) as exc:
-        raise fail(str(exc).splitlines()[0]) from None
+        raise fail(str(exc)) from None
     return result, saved, not_saved
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-from infbench.commands.diagnose.session import DB, JSON_OUT, SAVE, SQL, diagnose_and_save, fail
+from infbench.command_support import fail
+from infbench.commands.diagnose.session import DB, JSON_OUT, SAVE, SQL, diagnose_and_save
 from infbench.console import make_console, print_warning
 from infbench.report.triage import to_markdown, to_text
 from playbooks.triage import TriageOptions, diagnose_all
@@ -33,7 +34,7 @@ def triage(
     try:
         options.validate()
     except ValueError as exc:
-        raise fail(str(exc).splitlines()[0]) from None
+        raise fail(str(exc)) from None
     result, _, not_saved = diagnose_and_save(lambda con: diagnose_all(con, run_id, options),
                                              lambda r: [*r.per_playbook, r.diagnosis], db, save)
     doc = result.diagnosis.to_dict()

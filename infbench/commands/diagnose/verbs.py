@@ -7,12 +7,12 @@ from pathlib import Path
 
 import typer
 
+from infbench.command_support import fail
 from infbench.commands.diagnose.session import (
     DB,
     JSON_OUT,
     SAVE,
     SQL,
-    fail,
     run_playbook,
     validated,
 )
@@ -107,6 +107,6 @@ def startup(
         finally:
             con.close()
     except (StartupLogError, StoreError, ValueError) as exc:
-        raise fail(str(exc).splitlines()[0]) from None
+        raise fail(str(exc)) from None
     run_playbook(lambda con: diagnose_startup(con, imported.log_id, options), db,
                   imported.run_id is not None, json_out, sql, report_hint=False)

@@ -18,15 +18,14 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from infbench.console import print_error
+from infbench.command_support import fail
+from infbench.lazy_commands import usage_error_in_one_line
 from infbench.specs import FormatSpec, GpuSpec, ModelSpec, SpecError
 from infbench.specs.formats import serving_formats
 from infbench.specs.gpus import resolve_gpu
 from infbench.specs.memory import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS
 from infbench.specs.models import resolve_model
 from infbench.specs.names import ALIAS, EXACT, Resolved
-
-USAGE = 2
 
 MODEL = typer.Option(
     ..., "--model", "-m",
@@ -84,8 +83,7 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except (SpecError, PlanUsageError) as exc:
-        print_error(str(exc))
-        raise typer.Exit(USAGE) from None
+        raise fail(str(exc)) from None
 
 
 # click's UsageError as typer raises it: newer typers carry their own copy of click, whose
@@ -104,10 +102,7 @@ class PlanGroup(TyperGroup):
         except _USAGE_ERROR as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # `plan kv` alone: the help, as asked
                 raise
-            where = (getattr(exc, "ctx", None) or ctx).command_path
-            message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
-            print_error(f"{where}: {message} (see {where} --help)")
-            raise typer.Exit(USAGE) from None
+            raise usage_error_in_one_line(exc, ctx) from None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The commands' shared refusal and store opening: one line, exit 2, the connection closed
+"""The commands' shared refusal and store opening: one line (the one `fail` every command
+uses), exit 2, the connection closed
 however the block ends (a real DuckDB store file)."""
 
 from __future__ import annotations
@@ -9,16 +10,33 @@ import duckdb
 import pytest
 import typer
 
-from infbench.command_support import fail, store_or_exit
+from infbench.command_support import fail, one_line, store_or_exit
 from infbench.exit_codes import USAGE
 
 
-def test_fail_prints_only_the_first_line_and_keeps_the_code(capsys: pytest.CaptureFixture[str]) -> None:
-    exc = fail("bad.duckdb: cannot open the store\nHINT: a second line", code=7)
+def test_fail_prints_one_line_and_keeps_the_code(capsys: pytest.CaptureFixture[str]) -> None:
+    exc = fail("bad.duckdb: cannot open the store\nHINT: a second line\n", code=7)
     assert isinstance(exc, typer.Exit) and exc.exit_code == 7
     err = capsys.readouterr().err
-    assert err.strip() == "error: bad.duckdb: cannot open the store"
+    # one line: the break is written as a backslash and n, and what follows it is kept (a
+    # path or run id the user typed may hold a line break; cutting there lost what was wrong)
+    assert err == "error: bad.duckdb: cannot open the store\\nHINT: a second line\n"
     assert fail("x").exit_code == USAGE == 2
+
+
+@pytest.mark.parametrize("message, line", [
+    ("/tmp/a\nb.json: no such file", "/tmp/a\\nb.json: no such file"),
+    ("run 'x': windows\r\nline", "run 'x': windows\\r\\nline"),
+    ("  padded\n\n", "padded"),
+    ("[bold]not markup[/]", "[bold]not markup[/]"),
+])
+def test_one_line_keeps_everything_on_one_line(message: str, line: str) -> None:
+    assert one_line(message) == line and "\n" not in one_line(message)
+
+
+def test_fail_prints_user_input_literally(capsys: pytest.CaptureFixture[str]) -> None:
+    fail("--url: [red]x[/red]\nsecond")
+    assert capsys.readouterr().err == "error: --url: [red]x[/red]\\nsecond\n"
 
 
 def test_a_missing_store_read_only_is_refused_before_the_block(

@@ -144,7 +144,8 @@ def test_a_built_verb_says_bad_options_in_one_line_exit_2(toy_cli: tuple[typer.T
     app, db = toy_cli
     r = CliRunner().invoke(app, ["toy", "last", "--db", str(db), "--threshold-ms", "-1"])
     assert r.exit_code == 2
-    assert r.stderr.strip().splitlines() == ["error: threshold_ms: must be > 0, got -1"]
+    # the whole message, its line break written as a backslash and n: one line, nothing cut
+    assert r.stderr.strip().splitlines() == ["error: threshold_ms: must be > 0, got -1\\nsecond line"]
 
 
 def test_a_built_verb_refuses_a_field_named_like_its_own_parameters() -> None:
