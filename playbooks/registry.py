@@ -36,12 +36,13 @@ from playbooks.memory import MemoryOptions, diagnose_memory
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
 from playbooks.stalls import StallOptions, diagnose_stalls
 from playbooks.startup import StartupOptions, diagnose_startup
+from playbooks.structured import StructuredOptions, diagnose_structured
 
 # What the triage's inventory counts for a run (`playbooks/triage/inventory.py`); a playbook
 # needs some of these (one that reads a kind of row not counted yet adds it to both).
 ROW_KINDS = ("requests", "content_chunks", "engine_steps", "metric_samples", "memory_samples",
              "gpu_samples", "client_samples", "hang_captures", "startup_logs", "traces",
-             "configs", "link_probes")
+             "configs", "link_probes", "structured_requests")
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,14 @@ PLAYBOOKS: tuple[Playbook, ...] = (
              Needs("a link probe is linked", "no link probe linked", rows=("link_probes",)),
              help="What the link probes linked to the run (`infbench probe links --run RUN`) found: a slow\n"
                   "rank or pair on the run's hosts, as a finding over the whole run."),
+    Playbook("structured", StructuredOptions, diagnose_structured,
+             Needs("structured-output requests, labelled by schema",
+                   "no structured-output requests (--workload structured)",
+                   rows=("structured_requests",)),
+             help="Structured output's two costs: the compile stall each new schema's first request\n"
+                  "waits (against the requests that found their schema compiled) and the token mask\n"
+                  "every step pays, blocking the step or overlapping the forward pass (from the step\n"
+                  "log where the engine keeps one); the fix (runbook: playbooks/structured/structured.md)."),
 )
 
 BY_NAME: dict[str, Playbook] = {p.name: p for p in PLAYBOOKS}

@@ -50,6 +50,7 @@ class SchemaRequests:
     ttft: dict[str, np.ndarray]                   # kind -> TTFTs (ms)
     first_ttft: dict[str, float]                  # schema label -> its first request's TTFT
     joined_by_schema: dict[str, int] = field(default_factory=dict)
+    cold_requests: list[int] = field(default_factory=list)  # request_idx of first and joined
 
     @property
     def baseline_ms(self) -> float | None:
@@ -74,14 +75,17 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
     kinds: dict[str, list[float]] = {"first": [], "joined": [], "later": []}
     first: dict[str, float] = {}
     joined: dict[str, int] = {}
-    for label, _idx, _send, ttft, kind in rows:
+    cold: list[int] = []
+    for label, idx, _send, ttft, kind in rows:
         kinds[kind].append(float(ttft))
+        if kind != "later":
+            cold.append(int(idx))
         if kind == "first":
             first[label] = float(ttft)
         elif kind == "joined":
             joined[label] = joined.get(label, 0) + 1
     return SchemaRequests(sql, {k: np.asarray(v, dtype=float) for k, v in kinds.items()},
-                          first, joined)
+                          first, joined, cold)
 
 
 def schema_sizes(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:

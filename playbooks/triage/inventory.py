@@ -33,11 +33,14 @@ SELECT (SELECT count(*) FROM requests WHERE run_id = $run_id) AS requests,
        (SELECT count(*) FROM startup_logs WHERE run_id = $run_id) AS startup_logs,
        (SELECT count(*) FROM traces WHERE run_id = $run_id) AS traces,
        (SELECT count(*) FROM configs WHERE run_id = $run_id) AS configs,
-       (SELECT count(*) FROM link_probes WHERE run_id = $run_id) AS link_probes
+       (SELECT count(*) FROM link_probes WHERE run_id = $run_id) AS link_probes,
+       (SELECT count(*) FROM requests JOIN runs USING (run_id) WHERE run_id = $run_id
+          AND json_extract_string(runs.config, '$.workload.workload') = 'structured')
+           AS structured_requests
 """
 _COUNTS = ("requests", "content_chunks", "replicas", "engine_steps", "metric_samples",
            "memory_samples", "gpu_samples", "client_samples", "hang_captures", "startup_logs",
-           "traces", "configs", "link_probes")
+           "traces", "configs", "link_probes", "structured_requests")
 
 # source -> (the question it settles, verdicts that leave that question open)
 QUESTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
