@@ -26,6 +26,7 @@ from infbench.loadgen.workloads import (
     Workload,
 )
 from infbench.loadgen.workloads.schemas import SchemaMix
+from infbench.loadgen.workloads.synthetic import PROMPT_TEXTS
 
 # Used when no --output-tokens is given, except by ShareGPT, which then takes each reply's
 # length from the dataset (so passing this same value explicitly still means "force it").
@@ -68,11 +69,16 @@ def build_workload(
     kind: str, *, input_len: LengthDist, output_len: LengthDist | None, target: Target, prefix_groups: int,
     prefix_tokens: int, turns: int, dataset: Path | None, trace: Path | None, time_scale: float,
     trace_start: float, trace_end: float | None, schemas: SchemaMix | None = None,
+    prompt_text: str = "salted",
 ) -> Workload:
     """The workload `kind` asks for, its files read and checked. `output_len` None means the
     workload's own default: the replies' lengths for ShareGPT, DEFAULT_OUTPUT_TOKENS for the
     others."""
     tokens = target.tokens
+    if prompt_text not in PROMPT_TEXTS:
+        raise ValueError(f"prompt_text: must be one of {', '.join(PROMPT_TEXTS)}, got {prompt_text!r}")
+    if prompt_text != "salted" and kind != "synthetic":
+        raise ValueError(f"prompt_text: --prompt-text {prompt_text} is for --workload synthetic, not {kind}")
     if schemas is not None and kind != "structured":
         raise ValueError(f"schemas: --schemas is for --workload structured, not {kind}")
     if kind == "sharegpt":
@@ -87,7 +93,7 @@ def build_workload(
         output_len = LengthDist.parse(DEFAULT_OUTPUT_TOKENS, "output_tokens")
     if kind == "synthetic":
         _check_input(input_len, tokens, "input_tokens", "prompt")
-        return Synthetic(input_len, output_len, tokens)
+        return Synthetic(input_len, output_len, tokens, prompt_text=prompt_text)
     if kind == "prefix":
         _check_input(LengthDist("fixed", prefix_tokens), tokens, "prefix_tokens", "prefix")
         return SharedPrefix(prefix_groups, prefix_tokens, input_len, output_len, tokens)

@@ -12,6 +12,13 @@ from infbench.loadgen.workloads.base import RequestSpec, Session, single
 from infbench.loadgen.workloads.prompts import TokenModel
 from infbench.loadgen.workloads.schemas import SchemaMix
 
+# --prompt-text: "salted" draws every word of a prompt from the run's salted text stream (an
+# n-gram drafter finds little to copy); "repetitive" repeats one phrase of about
+# REPEAT_UNIT_TOKENS drawn from that stream for the whole prompt, as code being edited or a
+# list being continued repeats itself (prompt-lookup drafts hit).
+PROMPT_TEXTS = ("salted", "repetitive")
+REPEAT_UNIT_TOKENS = 24
+
 
 @dataclass
 class Synthetic:
@@ -20,19 +27,31 @@ class Synthetic:
     tokens: TokenModel
     name: str = "synthetic"
     needs_text: bool = False
+    prompt_text: str = "salted"
 
     def sessions(self, streams: Streams) -> Iterator[Session]:
         ins = self.input_len.stream(streams.input_lengths())
         outs = self.output_len.stream(streams.output_lengths())
         text = streams.text()
         for n_in, n_out in zip(ins, outs, strict=True):
-            prompt = self.tokens.text_for(text, n_in)
+            prompt = (self.tokens.text_for(text, n_in) if self.prompt_text == "salted"
+                      else self._repetitive(text, n_in))
             yield single(RequestSpec(label="synthetic", max_tokens=n_out, prompt=prompt,
                                      target_input_tokens=n_in, fill=(0, len(prompt))))
 
+    def _repetitive(self, text: Any, n_in: int) -> str:
+        # One salted phrase, repeated (and its last words fitted) to the prompt's size.
+        body = n_in - self.tokens.overhead - self.tokens.correction(n_in)
+        unit = self.tokens.text_for(text, min(REPEAT_UNIT_TOKENS, max(1.0, body)),
+                                    with_overhead=False).split()
+        return " ".join(self.tokens.fit(unit, body))
+
     def describe(self) -> dict[str, Any]:
-        return {"workload": self.name, "input_tokens": str(self.input_len),
-                "output_tokens": str(self.output_len)}
+        out = {"workload": self.name, "input_tokens": str(self.input_len),
+               "output_tokens": str(self.output_len)}
+        if self.prompt_text != "salted":
+            out["prompt_text"] = self.prompt_text
+        return out
 
 
 @dataclass
