@@ -18,7 +18,7 @@ A rules file is TOML::
                                  # printed as the limit on the change: <= +5% (or >= -5% when
                                  # higher is better)
     direction = "lower"          # which way is better; defaults per metric
-    method = "bootstrap"         # or "rank": a location shift (p50 of per-request metrics; README)
+    method = "bootstrap"         # or "rank": a location shift (p50 of per-request metrics; docs/guides/ci-gates.md)
     slo = "ttft=500ms,tpot=50ms" # goodput only; default: the runs' own --slo
     run_noise = "0%"             # this statistic's own run-to-run drift (default: [gate]'s)
 

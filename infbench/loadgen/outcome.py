@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Exit codes of `infbench run` (documented in its --help and the README).
+# Exit codes of `infbench run` (documented in its --help, the README and docs/guides/load-testing.md).
 EXIT_OK = 0
 EXIT_ERRORS = 1  # requests failed beyond --max-error-rate, none completed, or the run was cut short
 EXIT_USAGE = 2  # bad input: nothing was sent

@@ -14,7 +14,8 @@ import duckdb
 import pytest
 
 from tests.e2e.engine_process import EngineProcess
-from tests.support.cli import ROOT, infbench
+from tests.support.cli import infbench
+from tests.support.docs import example_docs
 from tests.support.process import sse_server
 
 pytestmark = pytest.mark.e2e
@@ -115,9 +116,10 @@ def test_help_documents_reuse_prompts() -> None:
 
 
 def test_readme_reuse_example_hits_the_cache(engine: EngineProcess, tmp_path: Path) -> None:
-    """The README's two --reuse-prompts commands, as written, against the test engine (the URL
-    swapped, the run shortened): the second is served from the cache the first filled."""
-    lines = [ln.split("#")[0].split() for ln in (ROOT / "README.md").read_text().splitlines()
+    """The docs' two --reuse-prompts commands (README and guides), as written, against the test
+    engine (the URL swapped, the run shortened): the second is served from the cache the first
+    filled."""
+    lines = [ln.split("#")[0].split() for doc in example_docs() for ln in doc.read_text().splitlines()
              if ln.startswith("infbench run") and "--reuse-prompts" in ln]
     assert len(lines) == 2
     db = tmp_path / "readme.duckdb"

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from infbench.cli import app
+from tests.support.docs import bash_blocks, section
 
-ROOT = Path(__file__).resolve().parents[3]
 VERBS = ("kv", "memory", "roofline", "claim", "allreduce", "cost", "gpus", "models")
 runner = CliRunner()
 
@@ -229,9 +229,8 @@ def _help_examples(verb: str | None) -> list[str]:
 
 
 def _readme_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Calculators: `infbench plan`", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    """The `infbench plan` examples of the docs' calculators section (the planning guide)."""
+    blocks = bash_blocks(section("Calculators: `infbench plan`"))
     return [ln.strip() for b in blocks for ln in b.splitlines()
             if ln.strip().startswith("infbench plan ")]
 
