@@ -7,6 +7,11 @@ the requests that found their schema compiled. Requests of the same schema sent 
 first was still waiting for its first token may have waited on the same compile ("joined"),
 so they are counted apart from both. Works for any engine: it needs only the requests and
 their labels (the structured workload labels each request with its schema).
+
+The run's opening burst is set apart: the requests sent before the run's first token (a
+closed loop's whole first wave) all wait for the first prefills together, so a first request
+among them is slow whether or not it compiled. Neither its first requests nor its others
+enter the comparison; the playbook says how many schemas it could not judge that way.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import numpy as np
 
 from playbooks.sql import fetch
 
-# Each request of the run, its schema (label), TTFT, and whether it was its schema's first
-# request, sent while that first one was still waiting for its first token, or later.
+# Each request of the run, its schema (label), TTFT, whether it was its schema's first
+# request, sent while that first one was still waiting for its first token, or later, and
+# whether it went out in the run's opening burst (before the run's first token).
 REQUESTS_SQL = """
 WITH r AS (
   SELECT request_idx, label, send_ns, first_content_ns,
-         (first_content_ns - send_ns) / 1e6 AS ttft_ms
+         (first_content_ns - send_ns) / 1e6 AS ttft_ms,
+         send_ns < min(first_content_ns) OVER () AS opening_burst
   FROM requests
   WHERE run_id = $run_id AND error_class IS NULL AND first_content_ns IS NOT NULL
     AND label IS NOT NULL
@@ -36,7 +43,8 @@ WITH r AS (
 SELECT r.label, r.request_idx, r.send_ns, r.ttft_ms,
        CASE WHEN r.request_idx = f.first_idx THEN 'first'
             WHEN r.send_ns < f.first_token_ns THEN 'joined'
-            ELSE 'later' END AS kind
+            ELSE 'later' END AS kind,
+       r.opening_burst
 FROM r JOIN firsts f USING (label)
 ORDER BY r.send_ns
 """
@@ -44,13 +52,19 @@ ORDER BY r.send_ns
 
 @dataclass
 class SchemaRequests:
-    """Per run: the requests split by kind, and each schema's first request."""
+    """Per run: the requests split by kind (the opening burst left out), and each schema's
+    first request."""
 
     sql: str
-    ttft: dict[str, np.ndarray]                   # kind -> TTFTs (ms)
+    ttft: dict[str, np.ndarray]                   # kind -> TTFTs (ms), outside the burst
     first_ttft: dict[str, float]                  # schema label -> its first request's TTFT
     joined_by_schema: dict[str, int] = field(default_factory=dict)
     cold_requests: list[int] = field(default_factory=list)  # request_idx of first and joined
+    burst_schemas: list[str] = field(default_factory=list)  # first request in the opening burst
+
+    @property
+    def schemas_seen(self) -> int:
+        return len(self.first_ttft) + len(self.burst_schemas)
 
     @property
     def baseline_ms(self) -> float | None:
@@ -76,16 +90,21 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
     first: dict[str, float] = {}
     joined: dict[str, int] = {}
     cold: list[int] = []
-    for label, idx, _send, ttft, kind in rows:
-        kinds[kind].append(float(ttft))
+    burst: list[str] = []
+    for label, idx, _send, ttft, kind, in_burst in rows:
         if kind != "later":
             cold.append(int(idx))
+        if in_burst:
+            if kind == "first":
+                burst.append(label)
+            continue
+        kinds[kind].append(float(ttft))
         if kind == "first":
             first[label] = float(ttft)
         elif kind == "joined":
             joined[label] = joined.get(label, 0) + 1
     return SchemaRequests(sql, {k: np.asarray(v, dtype=float) for k, v in kinds.items()},
-                          first, joined, cold)
+                          first, joined, cold, burst)
 
 
 def schema_sizes(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
