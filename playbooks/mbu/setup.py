@@ -1,8 +1,8 @@
 """What the MBU arithmetic needs to know about the engine, and the bytes a decode step moves.
 
-The setup (model, GPU, tensor parallelism, weight and KV formats, CUDA-graph capture sizes)
-comes from the engine configuration the run recorded (`runs.config.engine_config`, or the
-bundled engine's command line), overridden by what the user passes. The bytes come from
+The setup (model, GPU, tensor parallelism, weight and KV formats) is the run's, as
+`playbooks.engine_setup` resolves it for every playbook; MBU adds the CUDA-graph capture
+sizes and requires a model and a GPU. The bytes come from
 `infbench.specs`, the same arithmetic `infbench plan` prints:
 
     bytes per decode step (per GPU) = weights read that step
@@ -26,16 +26,12 @@ from infbench.specs import SpecError, get_format, get_gpu, get_model
 from infbench.specs.gpus import DEFAULT_BANDWIDTH_FRACTION
 from infbench.specs.roofline import cost_model
 from infbench.specs.weights import weight_bytes
+from playbooks.engine_setup import engine_setup
 
-# Engine settings read from the run (vLLM's names), with the engine-config key each comes from.
-_KEYS = ("model", "gpu", "tensor_parallel_size", "dtype", "kv_cache_dtype", "quantization",
-         "max_num_seqs", "cudagraph_capture_sizes", "cudagraph_max_capture_size",
-         "cudagraph_mode", "enforce_eager")
-_FLAGS = {"--model": "model", "--gpu": "gpu", "--tensor-parallel-size": "tensor_parallel_size",
-          "-tp": "tensor_parallel_size", "--dtype": "dtype", "--kv-cache-dtype": "kv_cache_dtype",
-          "--quantization": "quantization", "--max-num-seqs": "max_num_seqs",
-          "--enforce-eager": "enforce_eager"}
-_DTYPES = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+# The settings MBU reads (vLLM's names): where each came from goes in the diagnosis.
+_READS = ("model", "gpu", "tensor_parallel_size", "dtype", "kv_cache_dtype", "quantization",
+          "max_num_seqs", "cudagraph_capture_sizes", "cudagraph_max_capture_size",
+          "cudagraph_mode", "enforce_eager")
 
 
 @dataclass
@@ -50,58 +46,21 @@ class MbuSetup:
     source: dict[str, str] = field(default_factory=dict)  # setting -> where it came from
 
 
-def _args(args: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        flag, eq, value = str(args[i]).partition("=")
-        if flag in _FLAGS:
-            if flag == "--enforce-eager" and not eq:
-                out["enforce_eager"] = True
-            else:
-                if not eq and i + 1 < len(args):
-                    value, i = str(args[i + 1]), i + 1
-                out[_FLAGS[flag]] = value
-        i += 1
-    return out
-
-
 def resolve_setup(config: dict[str, Any], run_model: str | None,
                   overrides: dict[str, Any]) -> MbuSetup:
-    """Engine setup of a run: user overrides, then the engine's own config, then the bundled
-    engine's command line, then the served model name. Raises ValueError naming what is
-    missing or unknown."""
-    found: dict[str, tuple[Any, str]] = {}
-    for key, item in (config.get("engine_config") or {}).items():
-        value = item.get("value") if isinstance(item, dict) else item
-        if key in _KEYS and value is not None:
-            found[key] = (value, "engine config")
-    for key, value in _args(list((config.get("target") or {}).get("engine_args") or [])).items():
-        found.setdefault(key, (value, "engine command line"))
-    if run_model:
-        found.setdefault("model", (run_model, "served model name"))
-    for key, value in overrides.items():
-        if value is not None:
-            found[key] = (value, "command-line option")
-    if "gpu" not in found:
+    """The run's engine setup (`playbooks.engine_setup`, the resolver every playbook uses)
+    with what MBU adds: a model and a GPU are required, and the CUDA-graph capture sizes the
+    batch is padded to. Raises ValueError naming what is missing or not a number."""
+    base = engine_setup(config, run_model, overrides)
+    if base.gpu is None:
         raise ValueError("the run does not say which GPU served it: pass --gpu (e.g. H100-SXM)")
-    if "model" not in found:
+    if base.model is None:
         raise ValueError("the run does not say which model it served: pass --model")
-    get = {k: v for k, (v, _) in found.items()}
-    dtype = _DTYPES.get(str(get.get("dtype", "bf16")), str(get.get("dtype", "bf16")))
-    quant = get.get("quantization")
-    kv = str(get.get("kv_cache_dtype", "auto"))
-    try:
-        tp = int(get.get("tensor_parallel_size", 1))
-        max_seqs = int(get["max_num_seqs"]) if get.get("max_num_seqs") is not None else None
-    except (TypeError, ValueError):
-        raise ValueError("tensor_parallel_size/max_num_seqs: not an integer in the run's config") from None
-    setup = MbuSetup(model=str(get["model"]), gpu=str(get["gpu"]), tp=tp,
-                     weight_format=str(quant) if quant else dtype,
-                     kv_format=dtype if kv == "auto" else kv, max_num_seqs=max_seqs,
-                     capture_sizes=_capture_sizes(get),
-                     source={k: s for k, (_, s) in found.items()})
-    return setup
+    get = {k: v for k, (v, _) in base.found.items()}
+    return MbuSetup(model=str(base.model), gpu=str(base.gpu), tp=base.tensor_parallel_size,
+                    weight_format=base.weight_format, kv_format=base.kv_format,
+                    max_num_seqs=base.max_num_seqs, capture_sizes=_capture_sizes(get),
+                    source={k: s for k, (_, s) in base.found.items() if k in _READS})
 
 
 def _capture_sizes(get: dict[str, Any]) -> tuple[int, ...]:

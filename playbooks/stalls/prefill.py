@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from playbooks.context import EngineSetup
+from playbooks.engine_setup import EngineSetup
 from playbooks.sql import fetch, fetch_one
 
 # A prompt is long when it is several times the run's typical prompt and past the size at
@@ -164,7 +164,7 @@ def roofline_budget(setup: EngineSetup, itl_target_ms: float, decoders: int, dec
 
     def ms(budget: int) -> float:
         chunk = budget - decoders
-        bd = step_time(model, gpu, tp=setup.tensor_parallel_size, weight_format=setup.dtype,
+        bd = step_time(model, gpu, tp=setup.tensor_parallel_size, weight_format=setup.weight_format,
                        kv_format=setup.kv_format,
                        prefill_chunks=[(chunk, prefill_ctx)] if chunk > 0 else [],
                        decode_contexts=[decode_ctx] * decoders)

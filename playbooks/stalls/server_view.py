@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 
-from playbooks.context import EngineSetup
+from playbooks.engine_setup import EngineSetup
 from playbooks.sql import fetch, fetch_one
 
 # Counters only grow during a run: last minus first scrape is what this run added.
@@ -115,7 +115,7 @@ def decode_vs_roofline(con: duckdb.DuckDBPyConnection, run_id: str, setup: Engin
     if decoders <= 0:
         return None
     bd = step_time(get_model(str(setup.model)), get_gpu(str(setup.gpu)),
-                   tp=setup.tensor_parallel_size, weight_format=setup.dtype,
+                   tp=setup.tensor_parallel_size, weight_format=setup.weight_format,
                    kv_format=setup.kv_format, decode_contexts=[max(int(ctx), 1)] * int(decoders))
     return DecodeVsRoofline(float(measured), bd.seconds * 1e3, int(decoders), int(ctx),
                             "engine_steps" if has_steps else "client_itl", sql)

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from playbooks.context import engine_setup
+from playbooks.engine_setup import engine_setup
 from playbooks.registry import PLAYBOOKS
 from playbooks.sql import fetch_one
 
