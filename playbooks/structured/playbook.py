@@ -70,8 +70,9 @@ def diagnose_structured(con: duckdb.DuckDBPyConnection, run_ref: str,
         "requests_later": int(reqs.ttft["later"].size),
         "warm_ttft_p50_ms": _r(reqs.baseline_ms), "warm_ttft_p95_ms": _r(reqs.warm_quantile(0.95)),
         "first_request_extra_ms_median": _r(float(np.median(list(extra.values()))) if extra else None),
-        "no_findings": "No findings: first requests of each schema were as fast as later ones "
-                       "and no step paid for a token mask."}
+        "no_findings": "No findings: first requests of each schema were as fast as later ones"
+                       + (" and no step paid for a token mask." if steps is not None else
+                          " (the token mask's cost is not in this run's data: see the note).")}
     if steps is not None:
         diag.context.update({"engine_ms_per_compile": _r(steps.ms_per_compile),
                              "mask_mode": steps.mode,
@@ -86,11 +87,17 @@ def diagnose_structured(con: duckdb.DuckDBPyConnection, run_ref: str,
             "cost per step), or a profile of the engine core (`infbench trace`) where vLLM's "
             "get_grammar_bitmask runs either beside the forward pass or before it.")
     if reqs.burst_schemas:
+        base = reqs.baseline_ms
+        diag.context["opening_burst_ttft_median_ms"] = _r(float(np.median(reqs.burst_ttft)))
         diag.notes.append(
             f"{len(reqs.burst_schemas)} of {reqs.schemas_seen} schemas had their first request in "
-            "the run's opening burst (sent before its first token), where every request waits for "
-            "the first prefills, compiled or not: they are left out of the first-vs-later "
-            "comparison (schemas first used later, or a --warmup, tell them apart)")
+            f"the run's opening burst (sent before its first token; its {len(reqs.burst_ttft)} "
+            f"requests' TTFT median {np.median(reqs.burst_ttft):.0f} ms"
+            + (f" against {base:.0f} ms for requests that found their schema compiled" if base else "")
+            + "), where every request waits for the first prefills, compiled or not, and on a "
+            "fresh server for one-time start costs (vLLM builds its grammar backend on the first "
+            "structured request): they are left out of the first-vs-later comparison (schemas "
+            "first used later, or a run before this one, tell them apart)")
     if reqs.ttft["later"].size < MIN_WARM_REQUESTS:
         diag.notes.append(f"Only {reqs.ttft['later'].size} requests found their schema compiled: "
                           f"too few to judge the first requests against (need "

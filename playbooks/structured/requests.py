@@ -61,6 +61,7 @@ class SchemaRequests:
     joined_by_schema: dict[str, int] = field(default_factory=dict)
     cold_requests: list[int] = field(default_factory=list)  # request_idx of first and joined
     burst_schemas: list[str] = field(default_factory=list)  # first request in the opening burst
+    burst_ttft: list[float] = field(default_factory=list)   # TTFT of every burst request
 
     @property
     def schemas_seen(self) -> int:
@@ -91,10 +92,12 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
     joined: dict[str, int] = {}
     cold: list[int] = []
     burst: list[str] = []
+    burst_ttft: list[float] = []
     for label, idx, _send, ttft, kind, in_burst in rows:
         if kind != "later":
             cold.append(int(idx))
         if in_burst:
+            burst_ttft.append(float(ttft))
             if kind == "first":
                 burst.append(label)
             continue
@@ -104,7 +107,7 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
         elif kind == "joined":
             joined[label] = joined.get(label, 0) + 1
     return SchemaRequests(sql, {k: np.asarray(v, dtype=float) for k, v in kinds.items()},
-                          first, joined, cold, burst)
+                          first, joined, cold, burst, burst_ttft)
 
 
 def schema_sizes(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
