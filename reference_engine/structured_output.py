@@ -205,8 +205,10 @@ class StructuredOutputs:
         self._exposed_s = self._mask_s if not self.overlap else 0.0
         batch.grammar_mask_s = self._mask_s
 
-    def apply(self, sampled: dict[int, int]) -> dict[int, int]:
-        """Each masked sequence's token under its bitmap; its matcher advances by it."""
+    def apply(self, sampled: dict[int, Any]) -> dict[int, Any]:
+        """Each masked sequence's token under its bitmap; its matcher advances by it. A
+        structured sequence samples one token a step: speculative decoding does not draft
+        for it (spec_decode.py), so its value here is never a verified list."""
         for seq_id, bits in self._masks.items():
             if seq_id in sampled:
                 tok = pick(bits, sampled[seq_id])
