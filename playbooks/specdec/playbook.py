@@ -17,7 +17,7 @@ import duckdb
 from infbench.store import get_run
 from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.specdec.counters import SpecTotals, pick_source, spec_totals
-from playbooks.specdec.speedup import MIN_BUCKET_S, bucket_label, speed_up, throughput_by_batch
+from playbooks.specdec.speedup import MIN_INTERVALS, bucket_label, speed_up, throughput_by_batch
 from playbooks.specdec.streams import client_steps
 
 LOW_ACCEPTANCE = 0.3   # below this share of draft tokens accepted, most drafts are wasted work
@@ -108,8 +108,9 @@ def _versus_baseline(con: duckdb.DuckDBPyConnection, run_id: str, source: str,
     su = speed_up(spec, plain)
     diag.context["baseline"] = base.run_id
     if not su.rows:
-        diag.notes.append(f"baseline {base.run_id}: no batch-size bucket has {MIN_BUCKET_S} s of scrapes on "
-                          "both runs; nothing to compare (scrape more often: --scrape-interval)")
+        diag.notes.append(f"baseline {base.run_id}: no batch-size bucket has {MIN_INTERVALS} scrape "
+                          "intervals on both runs; nothing to compare (scrape more often: "
+                          "--scrape-interval)")
         return
     values: dict[str, float | int | str | None] = {}
     for b, s, n, ratio in su.rows:

@@ -202,3 +202,26 @@ def test_a_baseline_that_speculated_is_refused(tmp_path: Path) -> None:
             d.steps(10)
     with pytest.raises(ValueError, match="baseline: run b drafted tokens too"):
         diagnose_specdec(con, "a", SpecdecOptions(baseline="b"))
+
+
+def test_intervals_overlapping_a_prefill_are_left_out(tmp_path: Path) -> None:
+    # 40 requests held in prefill for the first 2 s (the batch reads 40 while nothing decodes),
+    # then decoding at 40 * 30 tok/s: only the decode intervals count.
+    from playbooks.specdec.speedup import throughput_by_batch
+
+    con = new_store(tmp_path)
+    rows, gen = [], 0.0
+    for i in range(30):
+        t = 0.25 * i
+        rows += [("r", int(t * 1e9), "vllm:num_requests_running", 40.0),
+                 ("r", int(t * 1e9), "vllm:generation_tokens_total", gen)]
+        if t >= 2.0:
+            gen += 40 * 30 * 0.25
+    con.executemany("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
+                    "VALUES (?, ?, 'metrics', ?, '', ?)", rows)
+    con.executemany("INSERT INTO requests (run_id, request_idx, phase, send_ns, first_content_ns) "
+                    "VALUES ('r', ?, 'measure', ?, ?)",
+                    [(i, int(0.01 * i * 1e9), int(2.0e9 + 0.001 * i * 1e9)) for i in range(40)])
+    t = throughput_by_batch(con, "r", "metrics")
+    assert t.buckets[32].tokens_per_s == pytest.approx(1200.0, rel=1e-6)
+    assert t.prefill_intervals == 9
