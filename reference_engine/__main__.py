@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -72,6 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="sim: median natural answer length in tokens (EOS there unless ignore_eos; "
              "lognormal, at least 16); 0 = generate to max_tokens (default 192)")
     add("--sim-output-sigma", type=float, help="sim: spread of the answer length (default 0.7)")
+    add("--sim-copy-probability", type=float, help="sim: chance a greedy token continues what "
+        "followed its last 3 tokens earlier in the context (what n-gram drafts hit; default 0)")
+    add("--speculative-config", type=_json_object, metavar="JSON", help="speculative decoding, "
+        'as vLLM\'s: \'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}\'')
+    add("--grammar-compile-base-ms", type=float,
+        help="structured output: fixed cost of compiling a cold schema (default 5)")
+    add("--grammar-compile-ms-per-kib", type=float,
+        help="structured output: compile cost per KiB of the schema's JSON (default 40)")
+    add("--grammar-compile-workers", type=int,
+        help="structured output: compiles that run at once (default 2)")
+    add("--grammar-cache-size", type=int,
+        help="structured output: compiled schemas kept, least recently used evicted; 0 = no "
+             "cache (default 64)")
+    add("--grammar-mask-us-per-seq", type=float,
+        help="structured output: cost of one sequence's token mask per step (default 40)")
+    add("--grammar-mask-overlap", action=argparse.BooleanOptionalAction,
+        help="structured output: fill the token masks while the forward pass runs (vLLM's "
+             "default); --no-grammar-mask-overlap makes every step wait for them")
     add("--defaults", help="default set (the engine's 'version'): builtin, ref-1, ref-2, or a .toml "
         "file with a [defaults] table; flags given override it (default builtin)")
     add("--enforce-eager", action=argparse.BooleanOptionalAction,
@@ -108,6 +127,16 @@ def _int_list(text: str) -> list[int]:
         return [int(x) for x in text.replace(" ", "").strip("[]").split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:

@@ -225,6 +225,13 @@ class KVCacheManager:
         seq.block_table.extend(self.pool.allocate(need))
         return True
 
+    def release_tail(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back the blocks past the first num_tokens (slots of rejected drafts)."""
+        keep = self.blocks_needed(num_tokens)
+        if len(seq.block_table) > keep:
+            tail, seq.block_table = seq.block_table[keep:], seq.block_table[:keep]
+            self.pool.free(tail)
+
     def mark_computed(self, seq: Sequence, num_tokens: int) -> None:
         """Advance the sequence and register every block that just became full."""
         seq.num_computed_tokens += num_tokens

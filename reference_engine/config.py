@@ -90,6 +90,25 @@ class EngineConfig:
     # and sigma, floored at 16, as a chat model's answers are; 0 = never stop before max_tokens.
     sim_output_median: int = 192
     sim_output_sigma: float = 0.7
+    # sim: chance that a greedy token continues what followed the last 3 tokens earlier in
+    # the context (a model copying from its prompt, as on code edits or quoted text): what
+    # gives n-gram drafts something to hit (sim_copy.py). 0 = tokens never copy.
+    sim_copy_probability: float = 0.0
+    # vLLM's --speculative-config: {"method": "ngram", "num_speculative_tokens": K, ...}
+    # (spec_decode.py); None = no speculative decoding.
+    speculative_config: dict[str, Any] | None = None
+    # Structured output (structured_output.py, which says whose semantics these follow): a
+    # cold schema's compile costs base + per KiB of its text; compiles run on this many
+    # threads (vLLM: a ThreadPoolExecutor) and are cached, this many grammars at most (LRU,
+    # 0 = off; vLLM bounds xgrammar's by VLLM_XGRAMMAR_CACHE_MB); each step's token mask
+    # costs this much per structured sequence and overlaps the forward pass unless off
+    # (vLLM's EngineCore.step overlaps it; SGLang's --disable-overlap-schedule does not).
+    grammar_compile_base_ms: float = 5.0
+    grammar_compile_ms_per_kib: float = 40.0
+    grammar_compile_workers: int = 2
+    grammar_cache_size: int = 64
+    grammar_mask_us_per_seq: float = 40.0
+    grammar_mask_overlap: bool = True
     step_log_size: int = 10000                  # per-step records kept in the ring buffer
     stream_byte_budget: int = 1 << 20           # server: pending bytes per connection before cancel
     # The knobs engine versions moved (infbench config diff/bisect); see defaults.py for sets.
@@ -177,6 +196,21 @@ class EngineConfig:
                 and 0.0 < self.collective_timeout_s < float("inf")):
             raise ConfigError(f"collective_timeout_s must be a positive number of seconds, "
                               f"got {self.collective_timeout_s!r}")
+        if not 0.0 <= self.sim_copy_probability <= 1.0:
+            raise ConfigError(f"sim_copy_probability must be in [0, 1], got {self.sim_copy_probability}")
+        if self.speculative_config is not None:
+            from reference_engine.spec_decode import SpeculativeConfig
+            try:
+                spec = SpeculativeConfig.parse(self.speculative_config)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            if self.tensor_parallel_size > 1 and self.executor == "torch":
+                raise ConfigError("speculative_config: the torch executor verifies drafts at "
+                                  "tensor_parallel_size 1 only")
+            if spec.method == "draft_model" and self.executor != "sim":
+                raise ConfigError("speculative_config: method draft_model is priced by the sim "
+                                  "executor only (the torch executor has no draft model)")
+        _check_grammar(self)
         if not self.step_overhead_ms >= 0.0:
             raise ConfigError(f"step_overhead_ms must be >= 0, got {self.step_overhead_ms}")
         if self.metrics_names not in ("vllm", "vllm-legacy", "sglang"):
@@ -268,3 +302,17 @@ class EngineConfig:
                 value = list(value)
             out[f.name] = {"value": value, "default": is_default}
         return out
+
+
+def _check_grammar(c: EngineConfig) -> None:
+    for name in ("grammar_compile_base_ms", "grammar_compile_ms_per_kib", "grammar_mask_us_per_seq"):
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < float("inf"):
+            raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+    if isinstance(c.grammar_cache_size, bool) or not isinstance(c.grammar_cache_size, int) \
+            or c.grammar_cache_size < 0:
+        raise ConfigError(f"grammar_cache_size must be an integer >= 0, got {c.grammar_cache_size!r}")
+    if isinstance(c.grammar_compile_workers, bool) or not isinstance(c.grammar_compile_workers, int) \
+            or c.grammar_compile_workers < 1:
+        raise ConfigError("grammar_compile_workers must be a positive integer, got "
+                          f"{c.grammar_compile_workers!r}")

@@ -36,6 +36,8 @@ from reference_engine.request import (
     SequenceStatus,
 )
 from reference_engine.scheduler import AdmissionError, Scheduler, SchedulerOutput
+from reference_engine.spec_decode import SpecCounters, SpecDecoder, SpeculativeConfig
+from reference_engine.structured_output import StructuredOutputs, requeue
 
 log = logging.getLogger("reference_engine.engine")
 __all__ = ["AdmissionError", "DuplicateRequestError", "Engine", "EngineStats", "build_executor"]
@@ -101,11 +103,14 @@ class Engine:
         self.profiler = StepProfiler(config.profile_dir, config.profile_steps, self.executor)
         self.pool = BlockPool(self.executor.num_blocks, self.executor.block_size,
                               config.enable_prefix_caching)
+        self.spec = (SpecDecoder(SpeculativeConfig.parse(config.speculative_config))
+                     if config.speculative_config else None)
         self.scheduler = Scheduler(self.pool, config.max_num_seqs, config.token_budget,
                                    config.max_model_len, config.enable_chunked_prefill,
-                                   self.executor.eos_token_id, config.scheduling_policy)
+                                   self.executor.eos_token_id, config.scheduling_policy, self.spec)
         self._lock = threading.RLock()  # RLock: a failing callback re-enters to cancel itself
         self._wake = threading.Condition(self._lock)
+        self.structured = StructuredOutputs(config, self._notify)  # structured_output.py
         self._live: dict[str, Sequence] = {}
         self._inbox: list[Sequence] = []
         self._aborts: list[Sequence] = []
@@ -115,6 +120,7 @@ class Engine:
         self._finished = 0
         self._window_start: float | None = None
         self._hung = False
+        self._spec_seen = SpecCounters()  # counters at the last step record
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -136,6 +142,7 @@ class Engine:
             shutdown()
         if self._thread is not None:
             self._thread.join(timeout)
+        self.structured.close()
         if self.profiler.active:  # a profile still recording at shutdown is written, not lost
             self.profiler.poll_stop()
 
@@ -175,7 +182,8 @@ class Engine:
             inbox = len(self._inbox)
         used = self.pool.num_used_blocks
         return EngineStats(
-            num_running=len(s.running), num_waiting=len(s.waiting) + inbox,
+            num_running=len(s.running),
+            num_waiting=len(s.waiting) + inbox + self.structured.num_waiting,
             kv_usage=used / self.pool.num_blocks, kv_blocks_used=used,
             kv_blocks_total=self.pool.num_blocks, prefix_cache_queries=s.prefix_cache_queries,
             prefix_cache_hits=s.prefix_cache_hits, num_preemptions=s.num_preemptions,
@@ -190,6 +198,10 @@ class Engine:
                 return []
             skip = max(0, step_id - self._steps[0]["step_id"] + 1)
             return [dict(r) for r in itertools.islice(self._steps, skip, None)]
+
+    def spec_counters(self) -> SpecCounters | None:
+        """Speculative decoding's counters (one consistent snapshot), None when it is off."""
+        return self.spec.counters if self.spec is not None else None
 
     def memory_report(self) -> dict[str, int]:
         report = dict(self.executor.memory_report())
@@ -206,13 +218,15 @@ class Engine:
     def check_invariants(self) -> None:
         """Scheduler and pool invariants; only while the step loop is not running a step."""
         self.scheduler.check_invariants()
+        self.structured.check_invariants([*self.scheduler.waiting, *self.scheduler.running])
 
     # ---- the step loop (engine thread) ----------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
             self.profiler.poll(self._step_id + 1)  # start/stop profiling between steps
             with self._wake:
-                if not (self._inbox or self._aborts or self.scheduler.has_work()):
+                if not (self._inbox or self._aborts or self.scheduler.has_work()
+                        or self.structured.has_ready()):
                     self._window_start = None  # idle: the next step starts when work arrives
                     # A timed executor's clock owes nothing across idle time; the torch
                     # executor computes for real and has no clock to reset.
@@ -248,12 +262,17 @@ class Engine:
         out = self.scheduler.schedule(step_id, start)
         if not out.scheduled and not out.preempted:
             return None
+        if out.scheduled:
+            self.structured.prepare(out.batch)  # this step's grammar masks, priced on the batch
         host_s = time.monotonic() - t0
         exec_start = time.monotonic()
         with self.profiler.annotate(step_id):
             sampled = self.executor.execute(out.batch) if out.scheduled else {}
         end = time.monotonic()
+        sampled = self.structured.apply(sampled)
         extra = (self._stretch - 1.0) * (end - exec_start)
+        if self.executor.name != "sim":  # the sim prices the mask itself; others wait it out
+            extra += self.structured.host_extra_s(end - exec_start)
         stall = self.faults.stall_seconds(step_id, start)
         if extra + stall > 0:
             time.sleep(extra + stall)  # a device or host that is slower than it should be
@@ -278,9 +297,10 @@ class Engine:
         with self._lock:
             new, self._inbox = self._inbox, []
             aborts, self._aborts = self._aborts, []
-        self.scheduler.enqueue(new)
+        self.scheduler.enqueue(self.structured.admit(new))  # cold schemas wait for a compile
+        requeue(self.scheduler, self.structured.take_ready())
         for seq in aborts:
-            if self.scheduler.abort(seq):
+            if self.scheduler.abort(seq) or self.structured.abort(seq):
                 self._finished += 1
                 self.faults.on_request_finished()
             # Also when it finished in the step that raced the abort: _emit sends nothing to
@@ -290,6 +310,7 @@ class Engine:
     def _record(self, step_id: int, start: float, end: float, out: SchedulerOutput,
                 stalled: bool, host_s: float) -> dict[str, Any]:
         s = self.scheduler
+        spec_before = self._spec_seen
         record = {
             "step_id": step_id, "start": start, "end": end,
             "prefill_tokens": out.num_prefill_tokens, "decode_seqs": out.num_decode_seqs,
@@ -302,10 +323,21 @@ class Engine:
             "decode_context_tokens": sum(w.start_pos + 1 for w in out.batch.seqs if w.is_decode)
             if out.scheduled else 0,
         }
+        parts = (getattr(self.executor, "last_parts", None) or {}) if out.scheduled else {}
+        record.update(self.structured.step_fields(parts))
+        if self.spec is not None:  # this step's drafted and accepted tokens, from the counters
+            now = self._spec_seen = self.spec.counters
+            record["spec_draft_tokens"] = now.num_draft_tokens - spec_before.num_draft_tokens
+            record["spec_accepted_tokens"] = now.num_accepted_tokens - spec_before.num_accepted_tokens
         with self._lock:
             self._step_id = step_id
             self._steps.append(record)
         return record
+
+    def _notify(self) -> None:
+        # A compile finished (compile thread): wake an idle step loop to queue its requests.
+        with self._wake:
+            self._wake.notify()
 
     def _emit(self, produced: list[Sequence]) -> None:
         # Finished sequences leave the live map here (unless abort already took them, or
@@ -320,7 +352,8 @@ class Engine:
                     self.faults.on_request_finished()
                 if not seq.aborted:
                     self._call(seq, RequestOutput(
-                        seq.request_id, [seq.token_ids[-1]], finished, seq.finish_reason,
+                        seq.request_id, seq.token_ids[-seq.num_new_tokens:], finished,
+                        seq.finish_reason,
                         seq.num_prompt_tokens, seq.num_cached_tokens, seq.arrival_time,
                         seq.first_scheduled_time, seq.first_token_time))
 

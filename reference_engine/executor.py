@@ -24,6 +24,13 @@ class SeqWork:
     sample: bool              # sample a next token after this work (decode, or last prefill chunk)
     params: SamplingParams
     num_output_tokens: int    # tokens generated so far (for seeded sampling streams)
+    # The sequence's whole token list (prompt and output so far, read-only): what a model
+    # that copies from its context (the sim's, sim_copy.py) looks at.
+    context: list[int] | None = None
+    # Speculative decoding: the last num_draft_tokens of token_ids are drafts to verify;
+    # the executor then returns the target's greedy token after each of the work's tokens
+    # (a list of num_draft_tokens + 1) instead of one sampled token.
+    num_draft_tokens: int = 0
 
     @property
     def is_decode(self) -> bool:
@@ -40,14 +47,17 @@ class StepBatch:
     # until start_time + predicted duration, so the engine's own bookkeeping is absorbed
     # inside the step instead of being added on top of it.
     start_time: float = field(default=0.0)
+    # Seconds of grammar masks this step fills (structured_output.py); the sim prices it.
+    grammar_mask_s: float = 0.0
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(len(w.token_ids) for w in self.seqs if not w.is_decode)
+        # A verified draft is a decode that computes several tokens, not a prefill.
+        return sum(len(w.token_ids) for w in self.seqs if not w.is_decode and not w.num_draft_tokens)
 
     @property
     def num_decode_seqs(self) -> int:
-        return sum(1 for w in self.seqs if w.is_decode)
+        return sum(1 for w in self.seqs if w.is_decode or w.num_draft_tokens)
 
 
 class ExecutorClosed(RuntimeError):
@@ -62,7 +72,8 @@ class Executor(Protocol):
     eos_token_id: int
 
     def execute(self, batch: StepBatch) -> dict[int, int]:
-        """Compute the batch; return seq_id -> sampled token for every work with sample=True."""
+        """Compute the batch; return seq_id -> sampled token for every work with sample=True
+        (a list of num_draft_tokens + 1 greedy tokens for a work that carries drafts)."""
         ...
 
     def memory_report(self) -> dict[str, int]:

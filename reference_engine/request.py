@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -18,6 +19,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     priority: int = 0  # scheduling_policy=priority admits lower values first (vLLM's field)
+    # vLLM's name: {"json": schema} constrains the output to the schema (structured_output.py)
+    structured_outputs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool):
@@ -67,7 +70,7 @@ class Sequence:
         "seq_id", "request_id", "params", "on_output", "token_ids", "num_prompt_tokens",
         "num_computed_tokens", "block_table", "block_hashes", "num_registered_blocks", "status", "finish_reason",
         "arrival_time", "first_scheduled_time", "first_token_time", "num_cached_tokens",
-        "num_preemptions", "aborted", "max_len",
+        "num_preemptions", "aborted", "max_len", "num_new_tokens",
     )
 
     def __init__(
@@ -101,6 +104,7 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache (first admission)
         self.num_preemptions = 0
         self.aborted = False  # set by abort_request (any thread) before the engine frees it
+        self.num_new_tokens = 0  # tokens the last step appended (more than 1 with speculation)
 
     @property
     def num_output_tokens(self) -> int:

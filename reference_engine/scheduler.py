@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from reference_engine.block_pool import BlockPool, InvariantError, KVCacheManager
 from reference_engine.executor import SeqWork, StepBatch
 from reference_engine.request import Sequence, SequenceStatus
+from reference_engine.spec_decode import SpecDecoder
 
 
 class AdmissionError(ValueError):
@@ -48,6 +49,7 @@ class Scheduler:
         enable_chunked_prefill: bool = True,
         eos_token_id: int = -1,
         policy: str = "fcfs",
+        spec: SpecDecoder | None = None,
     ) -> None:
         self.pool = pool
         self.kv = KVCacheManager(pool)
@@ -57,6 +59,7 @@ class Scheduler:
         self.chunked = enable_chunked_prefill
         self.eos_token_id = eos_token_id
         self.policy = policy
+        self.spec = spec  # speculative decoding (spec_decode.py), or None
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the tail is the newest
         self.num_preemptions = 0
@@ -136,6 +139,12 @@ class Scheduler:
             if seq.status is not _RUNNING:
                 continue  # preempted earlier in this loop
             computed = seq.num_computed_tokens
+            toks = seq.token_ids
+            # Drafts need KV slots beyond the one token; with the pool too dry for them the
+            # sequence decodes one token rather than preempting anyone.
+            drafts = self.spec.propose(seq, budget) if self.spec is not None else []
+            if drafts and not self.kv.try_grow(seq, 1 + len(drafts)):
+                drafts = []
             if computed >= len(seq.block_table) * bs:  # its last block is full
                 while not self.kv.try_grow(seq, 1):
                     victim = self._newest_unscheduled(scheduled)
@@ -145,12 +154,11 @@ class Scheduler:
                         break
                 if seq.status is not _RUNNING:
                     continue
-            toks = seq.token_ids
-            scheduled.append((seq, 1))
+            scheduled.append((seq, 1 + len(drafts)))
             # The decode's work is built here: one pass over 256 sequences, not two.
-            works.append(SeqWork(seq.seq_id, toks[-1:], computed, seq.block_table, True,
-                                 seq.params, len(toks) - seq.num_prompt_tokens))
-            budget -= 1
+            works.append(SeqWork(seq.seq_id, toks[-1:] + drafts, computed, seq.block_table, True,
+                                 seq.params, len(toks) - seq.num_prompt_tokens, toks, len(drafts)))
+            budget -= 1 + len(drafts)
         num_decodes = len(scheduled)
 
         for seq in prefills:
@@ -180,10 +188,10 @@ class Scheduler:
             c = s.num_computed_tokens
             toks = s.token_ids
             works.append(SeqWork(s.seq_id, toks[c:c + n], c, s.block_table, c + n == len(toks),
-                                 s.params, len(toks) - s.num_prompt_tokens))
+                                 s.params, len(toks) - s.num_prompt_tokens, toks))
         return SchedulerOutput(
             batch=StepBatch(step_id, works, start_time), scheduled=scheduled, preempted=preempted,
-            num_prefill_tokens=self.token_budget - budget - num_decodes,
+            num_prefill_tokens=self.token_budget - budget - sum(n for _, n in scheduled[:num_decodes]),
             num_decode_seqs=num_decodes)
 
     def update(self, out: SchedulerOutput, sampled: dict[int, int], now: float) -> list[Sequence]:
@@ -197,7 +205,16 @@ class Scheduler:
         eos = self.eos_token_id
         bs = self.pool.block_size
         caching = self.pool.enable_caching
-        for seq, n in out.scheduled:
+        num_tokens = 0
+        for i, (seq, n) in enumerate(out.scheduled):
+            verified = sampled.get(seq.seq_id)
+            if type(verified) is list:  # a verified draft: 1..n tokens (spec_decode.py)
+                # scheduled[i] is works[i]: its token_ids are the last token and the drafts.
+                finished = self._apply_verified(seq, out.batch.seqs[i].token_ids[1:], verified)
+                produced.append(seq)
+                num_tokens += seq.num_new_tokens
+                any_finished = any_finished or finished
+                continue
             computed = seq.num_computed_tokens = seq.num_computed_tokens + n
             if caching and computed // bs > seq.num_registered_blocks:
                 self.kv.register_full_blocks(seq)
@@ -206,7 +223,9 @@ class Scheduler:
                 continue  # a prefill chunk that is not the last one
             tok = sampled[seq.seq_id]
             toks.append(tok)
+            seq.num_new_tokens = 1
             produced.append(seq)
+            num_tokens += 1
             if seq.first_token_time is None:
                 seq.first_token_time = now
             if tok == eos and not seq.params.ignore_eos:
@@ -215,10 +234,37 @@ class Scheduler:
             elif len(toks) >= seq.max_len:  # max_tokens (or max_model_len) reached
                 self._finish(seq, "length")
                 any_finished = True
-        self.generation_tokens_total += len(produced)
+        self.generation_tokens_total += num_tokens
         if any_finished:
             self.running = [s for s in self.running if s.status is _RUNNING]
         return produced
+
+    def _apply_verified(self, seq: Sequence, drafts: list[int], verified: list[int]) -> bool:
+        # Appends the accepted drafts and the bonus token, stopping at EOS or the length
+        # cap, then rolls back the KV slots of the rejected drafts: the table keeps the blocks
+        # of the computed tokens only. True if the sequence finished.
+        assert self.spec is not None
+        toks = seq.token_ids
+        start = len(toks)
+        kept = self.spec.accept(drafts, verified)
+        reason = None
+        for tok in kept:
+            toks.append(tok)
+            if tok == self.eos_token_id and not seq.params.ignore_eos:
+                reason = "stop"
+            elif len(toks) >= seq.max_len:
+                reason = "length"
+            if reason:
+                break
+        seq.num_new_tokens = len(toks) - start
+        seq.num_computed_tokens = len(toks) - 1
+        if self.pool.enable_caching and seq.num_computed_tokens // self.pool.block_size > seq.num_registered_blocks:
+            self.kv.register_full_blocks(seq)
+        if reason:
+            self._finish(seq, reason)
+            return True
+        self.kv.release_tail(seq, seq.num_computed_tokens)
+        return False
 
     # ---- helpers ----------------------------------------------------------------------------
     def _chunk(self, remaining: int, budget: int) -> int:
@@ -248,6 +294,8 @@ class Scheduler:
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
+        if self.spec is not None:
+            self.spec.forget(seq)
 
     def _count_admission(self, seq: Sequence, now: float) -> None:
         seq.status = SequenceStatus.RUNNING
@@ -275,11 +323,17 @@ class Scheduler:
                 raise InvariantError(f"{seq} has too few blocks for its tokens")
             if seq.num_computed_tokens > len(seq.token_ids):
                 raise InvariantError(f"{seq} computed more tokens than it has")
+            # No slot beyond the sequence's own tokens: a rejected draft's slot not rolled
+            # back (or any block taken ahead) would sit there.
+            if len(seq.block_table) > self.kv.blocks_needed(len(seq.token_ids)):
+                raise InvariantError(f"{seq} holds blocks beyond its tokens (leaked slots)")
             for b in seq.block_table:
                 refs[b] += 1
         for seq in self.waiting:
             if seq.block_table or seq.num_computed_tokens or seq.status is not SequenceStatus.WAITING:
                 raise InvariantError(f"waiting {seq} holds KV")
+        if self.spec is not None:
+            self.spec.check_invariants(set(ids))
         if refs != self.pool.ref_cnt:
             bad = next(b for b in range(len(refs)) if refs[b] != self.pool.ref_cnt[b])
             raise InvariantError(f"block {bad}: ref count {self.pool.ref_cnt[bad]} but "

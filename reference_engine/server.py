@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from reference_engine import debug_routes, protocol
+from reference_engine import debug_routes, metrics_spec, protocol
 from reference_engine import metrics as prom
 from reference_engine import metrics_legacy as prom_legacy
 from reference_engine import metrics_sglang as prom_sglang
@@ -129,7 +129,9 @@ def _sampling_params(config: EngineConfig, req: GenerationRequest,
                             f"exceeds max_model_len ({config.max_model_len})")
     return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                           seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos,
-                          priority=req.priority)
+                          priority=req.priority,
+                          structured_outputs=None if req.json_schema is None
+                          else {"json": req.json_schema})
 
 
 async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamResponse:
@@ -272,6 +274,8 @@ async def metrics_route(request: web.Request) -> web.Response:
     # The simulated GPUs' telemetry, in dcgm-exporter's names and labels.
     text += device_exposition(engine.device)
     text += debug_routes.metrics_lines(engine, app[CONFIG_KEY].model_name)
+    text += engine.structured.metrics_lines(app[CONFIG_KEY].model_name)
+    text += metrics_spec.render(engine.spec_counters(), app[CONFIG_KEY].model_name)
     return web.Response(body=text.encode(), headers={"Content-Type": prom.CONTENT_TYPE})
 
 

@@ -25,6 +25,8 @@ replayed (no launch cost beyond the fixed overhead); a larger batch, `enforce_ea
 outside the graph. Steps carrying a prefill chunk are dominated by its compute; their launch
 cost stays inside the fixed overhead. With async scheduling the fixed (host) overhead runs
 while the device computes, so a step lasts max(device, host) instead of device + host.
+Structured output's token masks (the batch's `grammar_mask_s`) are host work too: beside the
+forward pass when `grammar_mask_overlap`, else before it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from infbench.specs.roofline import step_time
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.device import SimDevice
 from reference_engine.executor import StepBatch
+from reference_engine.sim_copy import ContextTexts, copied_token
+from reference_engine.spec_decode import SpeculativeConfig, as_text
 
 EOS_ID = 257  # the byte tokenizer's end of sequence (ids 0..255 are bytes)
 _PRINTABLE_FIRST, _PRINTABLE_COUNT = 0x20, 0x7F - 0x20  # space .. '~'
@@ -96,6 +100,14 @@ class SimExecutor:
         self.eos_probability = config.sim_eos_probability
         self.output_median = config.sim_output_median
         self.output_sigma = config.sim_output_sigma
+        self.copy_probability = config.sim_copy_probability
+        self.texts = ContextTexts()
+        # A drafting step's extra time: K draft positions at sim_draft_ms each (0 for n-gram
+        # lookup, a draft model's forward passes otherwise). Verification of the K+1 tokens
+        # is priced by the roofline as the small prefill chunk it is.
+        spec = (SpeculativeConfig.parse(config.speculative_config)
+                if config.speculative_config else None)
+        self.draft_s = spec.num_speculative_tokens * spec.sim_draft_ms / 1e3 if spec else 0.0
         self.bandwidth_fraction = DEFAULT_BANDWIDTH_FRACTION / device_factor
         self.collective_factor = collective_factor
         self.device = device
@@ -127,6 +139,7 @@ class SimExecutor:
         self.capture_sizes = config.capture_sizes
         self.piecewise = config.cudagraph_mode == "PIECEWISE"
         self.async_scheduling = config.async_scheduling
+        self.grammar_mask_overlap = config.grammar_mask_overlap
         layers = self.model.num_layers
         self.eager_s = layers * EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
         self.piecewise_s = layers * PIECEWISE_EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
@@ -164,24 +177,41 @@ class SimExecutor:
         # The step's inputs go up and its sampled tokens come down before the next step can
         # be built: serial with the compute. A link trained low adds its slower transfer.
         pcie_s = self.device.extra_transfer_s(pcie_bytes) if self.device is not None else 0.0
+        draft_s = self.draft_s if self.draft_s and any(w.num_draft_tokens for w in batch.seqs) else 0.0
         device = (bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
-                  + self.kernel_floor_s + pcie_s)
+                  + self.kernel_floor_s + pcie_s + draft_s)
         # What the step was made of, for the synthetic profiler trace (profiling.py).
         self.last_parts = {"breakdown": bd, "launch_s": launch, "device_s": device,
                            "graph": bool(decode and not prefill and launch != self.eager_s),
                            "padded_rows": len(decode) - sum(1 for w in batch.seqs if w.is_decode),
-                           "pcie_s": pcie_s, "pcie_bytes": pcie_bytes}
-        if self.async_scheduling:
-            return max(device, self.overhead_s)
-        return device + self.overhead_s
+                           "pcie_s": pcie_s, "pcie_bytes": pcie_bytes, "draft_s": draft_s}
+        plain = max(device, self.overhead_s) if self.async_scheduling else device + self.overhead_s
+        return self._with_grammar_mask(plain, device, batch.grammar_mask_s)
+
+    def _with_grammar_mask(self, plain: float, device: float, mask: float) -> float:
+        # The grammar masks are host work: overlapped, they run beside the device's forward
+        # pass (with async scheduling, beside it together with the rest of the host's work);
+        # blocking, the step waits for them first (structured_output.py).
+        if mask <= 0.0:
+            return plain
+        if not self.grammar_mask_overlap:
+            total = plain + mask
+        elif self.async_scheduling:
+            total = max(device, self.overhead_s + mask)
+        else:
+            total = max(device, mask) + self.overhead_s
+        self.last_parts["grammar_mask_exposed_s"] = total - plain
+        return total
 
     def execute(self, batch: StepBatch) -> dict[int, int]:
         predicted = self.predict(batch)
         self.last_prediction_s = predicted
-        out = {w.seq_id: self._token(w.seq_id, w.params.seed, w.params.temperature,
-                                     w.start_pos + len(w.token_ids), w.num_output_tokens,
-                                     w.params.ignore_eos)
-               for w in batch.seqs if w.sample}
+        out = self._sample(batch) if self.copy_probability or self.draft_s or any(
+            w.num_draft_tokens for w in batch.seqs) else {
+            w.seq_id: self._token(w.seq_id, w.params.seed, w.params.temperature,
+                                  w.start_pos + len(w.token_ids), w.num_output_tokens,
+                                  w.params.ignore_eos)
+            for w in batch.seqs if w.sample}
         start = batch.start_time or time.monotonic()
         # The device's clock, not the host's: lateness at the last deadline is owed time.
         deadline = start + predicted - self.carry_s
@@ -193,6 +223,25 @@ class SimExecutor:
             time.sleep(0)  # releases the GIL, so the server threads keep running
         late = now - deadline
         self.carry_s = min(late, MAX_CATCH_UP_S)
+        return out
+
+    def _sample(self, batch: StepBatch) -> dict[int, int | list[int]]:
+        # Copying from the context and verifying drafts: each token is the one greedy
+        # decoding would give at its position, drafts before it taken as its context.
+        out: dict[int, int | list[int]] = {}
+        for w in batch.seqs:
+            if not w.sample:
+                continue
+            p = w.params
+            drafts = w.token_ids[len(w.token_ids) - w.num_draft_tokens:] if w.num_draft_tokens else []
+            pos = w.start_pos + len(w.token_ids) - len(drafts)
+            text = (self.texts.text(w.seq_id, w.context, pos)
+                    if self.copy_probability and w.context is not None else None)
+            tokens = [self._token(w.seq_id, p.seed, p.temperature, pos + j, w.num_output_tokens + j,
+                                  p.ignore_eos, None if text is None else text + as_text(drafts[:j]))
+                      for j in range(len(drafts) + 1)]
+            out[w.seq_id] = tokens if w.num_draft_tokens else tokens[0]
+        self.texts.end_step()
         return out
 
     def idle(self) -> None:
@@ -220,7 +269,7 @@ class SimExecutor:
         return _mix(self.seed ^ (seq_id << 20))
 
     def _token(self, seq_id: int, seed: int | None, temperature: float, position: int,
-               num_output: int = 0, ignore_eos: bool = False) -> int:
+               num_output: int = 0, ignore_eos: bool = False, text: str | None = None) -> int:
         stream = self.stream(seq_id, seed, temperature)
         # With ignore_eos a model keeps writing ordinary text past where it would have stopped.
         natural = None if ignore_eos else self.natural_output_len(stream, position - num_output)
@@ -229,6 +278,10 @@ class SimExecutor:
         r = _mix(stream ^ position)
         if self.eos_probability and (r >> 11) / (1 << 53) < self.eos_probability:
             return EOS_ID
+        if text is not None and (_mix(r ^ 0xC0DE) >> 11) / (1 << 53) < self.copy_probability:
+            copied = copied_token(text, position)
+            if copied is not None:
+                return copied
         return _PRINTABLE_FIRST + r % _PRINTABLE_COUNT
 
     def memory_report(self) -> dict[str, int]:

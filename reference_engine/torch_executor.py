@@ -130,7 +130,13 @@ class TorchExecutor:
                 for w in flat.sample_works
             ]
             tokens = sample_batch(logits, [w.params for w in flat.sample_works], generators)
-        return {w.seq_id: t for w, t in zip(flat.sample_works, tokens, strict=True)}
+        out: dict[int, int | list[int]] = {}
+        for w, t in zip(flat.sample_works, tokens, strict=True):
+            if w.num_draft_tokens:  # one greedy row per position of a verified draft
+                out.setdefault(w.seq_id, []).append(t)  # type: ignore[union-attr]
+            else:
+                out[w.seq_id] = t
+        return out  # type: ignore[return-value]
 
     def memory_report(self) -> dict[str, int]:
         weights, kv_pool = self.model.weight_bytes(), self.cache.nbytes()
@@ -186,8 +192,10 @@ class TorchExecutor:
                 mask = key_pos[None, :] <= query_pos[:, None]
                 prefills.append((first, first + n, key_slots.to(self.device), mask.to(self.device)))
             if work.sample:
-                sample_rows.append(first + n - 1)
-                sample_works.append(work)
+                # A draft's verification needs the logits after each of its K+1 tokens.
+                for row in range(first + n - 1 - work.num_draft_tokens, first + n):
+                    sample_rows.append(row)
+                    sample_works.append(work)
         plan = PagedAttentionPlan(torch.tensor(slots, device=self.device), None, None, None, prefills)
         if decode_rows:
             plan.decode_rows = torch.tensor(decode_rows, device=self.device)
