@@ -206,7 +206,7 @@ class SimExecutor:
     def execute(self, batch: StepBatch) -> dict[int, int]:
         predicted = self.predict(batch)
         self.last_prediction_s = predicted
-        out = self._sample(batch) if self.copy_probability or self.draft_s or any(
+        out = self._sample(batch) if self.copy_probability or any(
             w.num_draft_tokens for w in batch.seqs) else {
             w.seq_id: self._token(w.seq_id, w.params.seed, w.params.temperature,
                                   w.start_pos + len(w.token_ids), w.num_output_tokens,

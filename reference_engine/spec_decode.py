@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from reference_engine.block_pool import InvariantError
 from reference_engine.request import Sequence
 
 METHODS = ("ngram", "draft_model")
@@ -165,8 +166,6 @@ class SpecDecoder:
         self._text.pop(seq.seq_id, None)
 
     def check_invariants(self, live_ids: set[int]) -> None:
-        from reference_engine.block_pool import InvariantError
-
         stale = set(self._text) - live_ids
         if stale:
             raise InvariantError(f"drafter holds context of finished sequences {sorted(stale)}")
