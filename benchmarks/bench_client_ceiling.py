@@ -46,11 +46,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infbench.loadgen.arrivals import Arrivals  # noqa: E402
-from infbench.loadgen.client import run_timed  # noqa: E402
-from infbench.loadgen.lengths import LengthDist  # noqa: E402
-from infbench.loadgen.runner import Runner, RunSettings  # noqa: E402
-from infbench.loadgen.watch import Watch, WatchSettings  # noqa: E402
+from infbench.loadgen.http.client import run_timed  # noqa: E402
+from infbench.loadgen.run.runner import Runner, RunSettings  # noqa: E402
+from infbench.loadgen.telemetry.watch import Watch, WatchSettings  # noqa: E402
 from infbench.loadgen.workloads import Synthetic, TokenModel  # noqa: E402
+from infbench.loadgen.workloads.lengths import LengthDist  # noqa: E402
 from infbench.store import BatchWriter, create_run, open_store  # noqa: E402
 from tests.support.process import sse_server  # noqa: E402
 
@@ -224,9 +224,9 @@ while True:
 def exposition_unit_costs(tokens: int, streams: int = 5120) -> list[str]:
     """CPU per finished stream of the exposition's bookkeeping (TTFT/e2e buckets, ITL binned
     in batches) and per scrape of rendering the text, in this process."""
-    from infbench.loadgen.exposition import LiveExposition
-    from infbench.loadgen.run_types import LiveStats
-    from infbench.loadgen.sse_events import ParsedStream
+    from infbench.loadgen.run.types import LiveStats
+    from infbench.loadgen.sse.events import ParsedStream
+    from infbench.loadgen.telemetry.exposition import LiveExposition
     expo = LiveExposition(LiveStats(), model=MODEL, target="http://x", endpoint="completions")
     p = ParsedStream()
     n = tokens + 2  # content events, the finish event and usage
@@ -302,8 +302,8 @@ def watch_unit_cost(streams: int = 256, ticks: int = 20000) -> list[str]:
     history of a full burst window, 3 replicas' samples for the departure check."""
     from collections import deque as _deque
 
-    from infbench.loadgen.http1_conn import Exchange
-    from infbench.loadgen.watch import Watcher
+    from infbench.loadgen.http.connection import Exchange
+    from infbench.loadgen.telemetry.watch import Watcher
 
     class _Pool:
         def __init__(self) -> None:

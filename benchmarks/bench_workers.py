@@ -36,12 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from infbench.loadgen.arrivals import Arrivals  # noqa: E402
-from infbench.loadgen.execute import execute_run  # noqa: E402
-from infbench.loadgen.lengths import LengthDist  # noqa: E402
 from infbench.loadgen.preflight import preflight  # noqa: E402
-from infbench.loadgen.runner import RunSettings  # noqa: E402
+from infbench.loadgen.run.execute import execute_run  # noqa: E402
+from infbench.loadgen.run.runner import RunSettings  # noqa: E402
 from infbench.loadgen.workers.scale import Scale  # noqa: E402
 from infbench.loadgen.workloads import Synthetic  # noqa: E402
+from infbench.loadgen.workloads.lengths import LengthDist  # noqa: E402
 from tests.support.process import SSE_SERVER  # noqa: E402
 
 STREAMS, TOKENS, REQUESTS = 64, 128, 1024

@@ -10,8 +10,8 @@ import typer
 from infbench.command_support import fail
 from infbench.console import make_console, print_warning
 from infbench.loadgen.local_engine import target_url
-from infbench.loadgen.outcome import EXIT_CODES_HELP, exit_code
 from infbench.loadgen.preflight import PreflightError
+from infbench.loadgen.run.outcome import EXIT_CODES_HELP, exit_code
 from infbench.options.groups import grouped
 from infbench.options.measured import (
     ArrivalOptions,

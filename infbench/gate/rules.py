@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.gate.stats import DEFAULT_REPLICATES, parse_statistic
-from infbench.loadgen.slo import parse_slo
+from infbench.slo import parse_slo
 
 
 class RulesError(ValueError):

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from infbench.loadgen.bodies import ENDPOINTS, flatten
+from infbench.loadgen.http.bodies import ENDPOINTS, flatten
 from infbench.loadgen.workloads.prompts import WORDS, TokenModel, content_features
 
 TOKENIZE_PATH = "/tokenize"

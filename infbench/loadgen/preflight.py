@@ -11,8 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from infbench.loadgen.bodies import ENDPOINTS, auth_headers, redact
 from infbench.loadgen.calibrate import Counter, calibrate, tokenize_count
+from infbench.loadgen.http.bodies import ENDPOINTS, auth_headers, redact
 from infbench.loadgen.workloads.prompts import TokenModel, random_words
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from infbench.loadgen.slo import slo_condition_sql
+from infbench.slo import slo_condition_sql
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from infbench.loadgen.arrivals import KINDS as ARRIVAL_KINDS
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.outcome import validate_max_error_rate
-from infbench.loadgen.slo import parse_slo
+from infbench.loadgen.run.outcome import validate_max_error_rate
 from infbench.loadgen.workers.scale import REFUSED as WORKERS_REFUSED
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads import WORKLOADS
@@ -39,6 +38,7 @@ from infbench.pipeline.request import (
     default_duration,
 )
 from infbench.pipeline.sweep import SweepRequest
+from infbench.slo import parse_slo
 from infbench.sweep.loop import SweepPlan
 
 

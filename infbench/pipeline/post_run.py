@@ -15,7 +15,7 @@ import duckdb
 
 from infbench.config.model import CaptureError
 from infbench.config.run_link import link_run_config
-from infbench.loadgen.execute import RunResult
+from infbench.loadgen.run.execute import RunResult
 from infbench.pipeline.request import TelemetrySpec
 from infbench.store import StoreError, open_store
 from probes.gpu.prometheus import convert_pulled

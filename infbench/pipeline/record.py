@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from infbench.loadgen.execute import ProgressHook, RunResult, execute_run
-from infbench.loadgen.fleet_setup import preflight_fleet
+from infbench.loadgen.fleet.preflight import preflight_fleet
 from infbench.loadgen.preflight import Target, preflight
-from infbench.loadgen.run_config import resolved_config
-from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.run.config import resolved_config
+from infbench.loadgen.run.execute import ProgressHook, RunResult, execute_run
+from infbench.loadgen.run.runner import RunSettings
 from infbench.loadgen.seeds import new_salt
-from infbench.loadgen.watch import Watch
+from infbench.loadgen.telemetry.watch import Watch
 from infbench.loadgen.workloads import Workload
 from infbench.pipeline.post_run import after_run
 from infbench.pipeline.request import RunRequest, WatchSpec

@@ -12,17 +12,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.bodies import ENDPOINTS
-from infbench.loadgen.exposition import bind_socket, parse_bind
-from infbench.loadgen.fleet import Replica, RoutePolicy, parse_replicas, parse_route, read_targets
-from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.fleet.replicas import (
+    Replica,
+    RoutePolicy,
+    parse_replicas,
+    parse_route,
+    read_targets,
+)
+from infbench.loadgen.http.bodies import ENDPOINTS
 from infbench.loadgen.preflight import Target
 from infbench.loadgen.seeds import Streams
-from infbench.loadgen.watch import WatchSettings
+from infbench.loadgen.telemetry.exposition import bind_socket, parse_bind
+from infbench.loadgen.telemetry.watch import WatchSettings
 from infbench.loadgen.workers.scale import REFUSED as WORKERS_REFUSED
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads import Workload
 from infbench.loadgen.workloads.build import build_workload
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.schemas import SchemaMix
 from probes.gpu.run_probe import DEFAULT_INTERVAL_S as GPU_INTERVAL_S
 from probes.prometheus.client import PrometheusClient, connect

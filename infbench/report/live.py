@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from infbench.loadgen.runner import LiveStats, RunSettings
+from infbench.loadgen.run.types import LiveStats, RunSettings
 
 
 def _line(st: LiveStats, settings: RunSettings) -> Text:

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from infbench.loadgen.slo import slo_condition_sql
+from infbench.slo import slo_condition_sql
 from infbench.specs import get_gpu, get_model
 from infbench.specs.throughput import roofline_report
 from infbench.sweep.saturation import LoadPoint, knee, saturation

@@ -55,7 +55,7 @@ def diagnose_memory(con: duckdb.DuckDBPyConnection, run_ref: str,
                                    "requests and the KV pool never ran out.")
     if not n_mem:
         diag.notes.append("No memory samples: the target's /metrics was not scraped or exposes "
-                          "none of the series infbench/loadgen/memory_ledger.py reads.")
+                          "none of the series infbench/loadgen/telemetry/memory_ledger.py reads.")
     g = analyse_growth(con, ctx.run_id)
     if g is not None:
         comp = components(con, ctx.run_id)

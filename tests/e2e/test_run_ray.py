@@ -22,12 +22,12 @@ import duckdb
 import pytest
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.execute import execute_run
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import preflight
-from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.run.execute import execute_run
+from infbench.loadgen.run.runner import RunSettings
 from infbench.loadgen.workers import ray_backend
 from infbench.loadgen.workloads import Synthetic
+from infbench.loadgen.workloads.lengths import LengthDist
 from tests.e2e.engine_process import EngineProcess, running_engine
 from tests.e2e.test_run_workers import CapturingScale
 from tests.support.cli import infbench

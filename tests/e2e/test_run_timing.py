@@ -29,11 +29,11 @@ import numpy as np
 import pytest
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.execute import execute_run
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import preflight
-from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.run.execute import execute_run
+from infbench.loadgen.run.runner import RunSettings
 from infbench.loadgen.workloads import Synthetic
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.store import open_store
 from tests.support.process import sse_server
 

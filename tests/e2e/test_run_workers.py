@@ -24,14 +24,14 @@ from typing import Any
 import pytest
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.execute import RunResult, execute_run
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import preflight
-from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.run.execute import RunResult, execute_run
+from infbench.loadgen.run.runner import RunSettings
 from infbench.loadgen.workers.coordinator import Coordinator
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads import Synthetic
 from infbench.loadgen.workloads.build import build_workload
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.store import open_store
 from tests.e2e.test_run_timing import Case, _check, _get
 from tests.support.cli import ROOT, cli_env

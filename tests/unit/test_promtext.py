@@ -12,7 +12,7 @@ import pytest
 
 from infbench.config.endpoint import from_metrics
 from infbench.config.model import Captured
-from infbench.loadgen.scrape import parse_prometheus
+from infbench.loadgen.telemetry.scrape import parse_prometheus
 from infbench.promtext import (
     ExpositionError,
     escape,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from infbench.loadgen.run_types import LiveStats, RunOutcome, RunSettings
+from infbench.loadgen.run.types import LiveStats, RunOutcome, RunSettings
 from infbench.loadgen.workers.clock import ROUNDS, ClockOffset
 from infbench.loadgen.workers.plan import Plan, make_plan, planned_requests
 from infbench.loadgen.workers.protocol import Message, decode
@@ -95,7 +95,7 @@ class Coordinator:
         settings.validate()
         if settings.replicas or settings.metrics_bind is not None:
             raise ValueError("workers: a fleet (--url A --url B) or --metrics-port needs one process")
-        self.s = settings
+        self.settings = settings
         self.workload = workload
         self.writer = writer
         self.t0_ns = t0_ns
@@ -145,7 +145,7 @@ class Coordinator:
                 self._handles.append(self.backend.make(w, post, self._on_batch))
             for st, h in zip(self.workers, self._handles, strict=True):
                 st.clock = await loop.run_in_executor(None, h.clock, self._rounds)
-                job = WorkerJob(st.worker, self.s, self.workload, self.plan, st.clock.applied_ns)
+                job = WorkerJob(st.worker, self.settings, self.workload, self.plan, st.clock.applied_ns)
                 await loop.run_in_executor(None, h.start, job)
             await self._pump(inbox, until=lambda: all(s.ready or s.status for s in self.workers),
                              timeout_s=_READY_TIMEOUT_S)

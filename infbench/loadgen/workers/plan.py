@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.run_types import RunSettings
+from infbench.loadgen.run.types import RunSettings
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
 

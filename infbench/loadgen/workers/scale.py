@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infbench.loadgen.run_types import RunSettings
+from infbench.loadgen.run.types import RunSettings
 from infbench.loadgen.workers.coordinator import Backend, Coordinator
 from infbench.loadgen.workers.plan import make_plan
 from infbench.loadgen.workloads.base import Workload

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from infbench.loadgen.client import run_timed
-from infbench.loadgen.run_types import RunSettings
-from infbench.loadgen.runner import Runner, RunOutcome
+from infbench.loadgen.http.client import run_timed
+from infbench.loadgen.run.runner import Runner, RunOutcome
+from infbench.loadgen.run.types import RunSettings
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workers.plan import Plan, index_hook, owned_sessions, worker_settings
 from infbench.loadgen.workers.protocol import SHIP_INTERVAL_S, Message, encode

@@ -9,7 +9,7 @@ lengths, choices and, for open loops, the arrival times of session k are the sam
 on any target; only the text depends on the target's calibration and on the per-run salt.
 `target_input_tokens` is the prompt's length as the server counts it (BOS and, on the chat
 endpoint, the template included), which the text is sized to; for conversations it is the
-content planned so far, and the runner adds the template's tokens (`loadgen.sizing`).
+content planned so far, and the runner adds the template's tokens (`loadgen.workloads.sizing`).
 The runner sends the sessions in the order they are yielded, so request k of two runs with
 the same seed is the same request (multi-turn: turn t of conversation k).
 """

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import Target
 from infbench.loadgen.workloads import (
     WORKLOADS,
@@ -25,6 +24,7 @@ from infbench.loadgen.workloads import (
     Trace,
     Workload,
 )
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.schemas import SchemaMix
 from infbench.loadgen.workloads.synthetic import PROMPT_TEXTS
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads.base import RequestSpec, Session
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.prompts import TokenModel
 
 
@@ -45,7 +45,7 @@ class MultiTurn:
                       n_out: list[int]) -> Session:
         # The target is the content planned so far: every user message of n_in tokens and every
         # reply of its max_tokens. The runner adds the target's template tokens and sizes the new
-        # message against the real history (`loadgen.sizing`), so the text here is a first fit.
+        # message against the real history (`loadgen.workloads.sizing`), so the text here is a first fit.
         history: list[dict[str, str]] = []
         content = 0
         for turn in range(self.turns):

@@ -11,7 +11,7 @@ the common English words below is one token (per_word 1), and a byte vocabulary 
 for the space, per_letter 1). Prompts are random words from that list, and `fit` chooses how
 many, and which lengths at the end, so the model's count lands on the target exactly; a
 server that does not follow the model is corrected per length (`corrections`) and, where it
-can count, checked request by request (`loadgen.sizing`). The request rows record the
+can count, checked request by request (`loadgen.workloads.sizing`). The request rows record the
 server's own prompt_tokens, so any residual error is visible in the summary.
 """
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.workloads.lengths import LengthDist
 
 # Property types the bundled engine's grammar (and every JSON-schema backend) takes.
 _TYPES: tuple[dict[str, Any], ...] = (

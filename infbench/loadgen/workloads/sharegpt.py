@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads.base import RequestSpec, Session, single
 from infbench.loadgen.workloads.file_report import FileReport
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.prompts import TokenModel, random_words
 
 # Salt words before each prompt (unless --reuse-prompts): 4 picks from 140 words, about 28

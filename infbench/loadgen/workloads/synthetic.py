@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.seeds import Streams, integers
 from infbench.loadgen.workloads.base import RequestSpec, Session, single
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.prompts import TokenModel
 from infbench.loadgen.workloads.schemas import SchemaMix
 

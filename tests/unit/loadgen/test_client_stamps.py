@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from infbench.loadgen.client import stamped_socket
+from infbench.loadgen.http.client import stamped_socket
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive stamps are Linux-only")

@@ -13,11 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.client import run_timed
-from infbench.loadgen.exposition import ITL_BUCKETS, TTFT_BUCKETS, parse_bind, spread_itl
-from infbench.loadgen.lengths import LengthDist
-from infbench.loadgen.runner import Runner, RunSettings
+from infbench.loadgen.http.client import run_timed
+from infbench.loadgen.run.runner import Runner, RunSettings
+from infbench.loadgen.telemetry.exposition import ITL_BUCKETS, TTFT_BUCKETS, parse_bind, spread_itl
 from infbench.loadgen.workloads import Synthetic, TokenModel
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.store import BatchWriter, create_run, open_store
 from tests.support.process import sse_server
 

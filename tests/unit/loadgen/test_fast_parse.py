@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from infbench.loadgen.client import RawResponse, arrival_times, retime
-from infbench.loadgen.sse import FastParser, ParsedStream, parse_reads
+from infbench.loadgen.http.client import RawResponse, arrival_times, retime
+from infbench.loadgen.sse.parser import FastParser, ParsedStream, parse_reads
 
 
 def _event(obj: object) -> bytes:
@@ -85,7 +85,7 @@ def test_fast_parser_matches_general_parser(seed: int) -> None:
 
 
 def test_fast_parser_works_through_a_long_body_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    import infbench.loadgen.sse_fast as sse
+    import infbench.loadgen.sse.fast as sse
 
     monkeypatch.setattr(sse, "FAST_PIECE_BYTES", 1000)
     rng = np.random.default_rng(1)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from infbench.loadgen.fleet import RoutePolicy, Router, parse_replicas, parse_route, read_targets
+from infbench.loadgen.fleet.replicas import (
+    RoutePolicy,
+    Router,
+    parse_replicas,
+    parse_route,
+    read_targets,
+)
 
 
 def test_replicas_are_named_by_host_port_or_given_names() -> None:

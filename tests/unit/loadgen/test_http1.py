@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infbench.loadgen.client import stamped_socket
-from infbench.loadgen.http1 import Connection, Exchange, Pool
+from infbench.loadgen.http.client import stamped_socket
+from infbench.loadgen.http.pool import Connection, Exchange, Pool
 
 
 class FakeTransport:

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.lengths import LengthDist
-from infbench.loadgen.scrape import parse_prometheus
 from infbench.loadgen.seeds import Streams
-from infbench.loadgen.slo import parse_slo
+from infbench.loadgen.telemetry.scrape import parse_prometheus
 from infbench.loadgen.workloads import MultiTurn, SharedPrefix, Synthetic, TokenModel, read_trace
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.prompts import random_words
+from infbench.slo import parse_slo
 
 
 @pytest.mark.parametrize("text", ["512", "uniform:128:1024", "normal:512:64", "lognormal:512:0.6"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from infbench.loadgen.memory_ledger import memory_row
-from infbench.loadgen.scrape import parse_prometheus
+from infbench.loadgen.telemetry.memory_ledger import memory_row
+from infbench.loadgen.telemetry.scrape import parse_prometheus
 from reference_engine import metrics as prom
 from reference_engine.engine import EngineStats
 

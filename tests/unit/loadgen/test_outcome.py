@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infbench.loadgen.outcome import (
+from infbench.loadgen.run.outcome import (
     EXIT_ERRORS,
     EXIT_OK,
     EXIT_SIGNAL,

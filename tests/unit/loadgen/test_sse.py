@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from infbench.loadgen.sse import StreamParser, has_content, parse_reads
+from infbench.loadgen.sse.parser import StreamParser, has_content, parse_reads
 
 
 def ev(obj: object) -> bytes:
@@ -143,7 +143,7 @@ def test_comment_and_event_fields_are_valid_sse() -> None:
 
 
 def test_retime_uses_arrival_stamps_and_keeps_uncovered_bytes() -> None:
-    from infbench.loadgen.client import RawResponse, retime
+    from infbench.loadgen.http.client import RawResponse, retime
 
     a, b, c = comp(" a"), comp(" b"), comp(" c") + DONE
     # The task saw everything in two reads, late; the protocol stamped b and c on arrival.
@@ -170,7 +170,7 @@ def test_retime_uses_arrival_stamps_and_keeps_uncovered_bytes() -> None:
     ],
 )
 def test_choices_and_usage_detection(payload: bytes, choices: bool, usage: bool) -> None:
-    from infbench.loadgen.sse import carries_choices, carries_usage
+    from infbench.loadgen.sse.parser import carries_choices, carries_usage
 
     obj = json.loads(payload)
     assert carries_choices(payload) is choices is bool(obj.get("choices"))

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infbench.loadgen.bodies import flatten
 from infbench.loadgen.calibrate import calibrate
-from infbench.loadgen.lengths import LengthDist
+from infbench.loadgen.http.bodies import flatten
 from infbench.loadgen.seeds import Streams
-from infbench.loadgen.sizing import Sizer
 from infbench.loadgen.workloads import MultiTurn, TokenModel
 from infbench.loadgen.workloads.base import RequestSpec
+from infbench.loadgen.workloads.lengths import LengthDist
+from infbench.loadgen.workloads.sizing import Sizer
 from reference_engine.tokenizer import ByteTokenizer
 
 BYTES = ByteTokenizer()

@@ -1,4 +1,4 @@
-"""The live watch's triggers (infbench/loadgen/watch.py), driven tick by tick on fake pools.
+"""The live watch's triggers (infbench/loadgen/telemetry/watch.py), driven tick by tick on fake pools.
 
 Times are chosen per test; thresholds differ between tests so no rule fits one case only.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from infbench.loadgen.watch import Trigger, Watcher, WatchSettings
+from infbench.loadgen.telemetry.watch import Trigger, Watcher, WatchSettings
 
 S = 1_000_000_000
 

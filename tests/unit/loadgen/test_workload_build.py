@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import Target
 from infbench.loadgen.workloads import ShareGPT, Synthetic, TokenModel
 from infbench.loadgen.workloads.build import DEFAULT_OUTPUT_TOKENS, build_workload
+from infbench.loadgen.workloads.lengths import LengthDist
 
 
 def _target() -> Target:

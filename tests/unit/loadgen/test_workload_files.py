@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import Target
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads import ShareGPT, TokenModel, Trace
 from infbench.loadgen.workloads.build import build_workload, shortest_prompt, workload_warnings
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.trace import load_trace
 
 BYTES = TokenModel(1.0, 0.0, "tokenize", per_letter=1.0, exact=True)

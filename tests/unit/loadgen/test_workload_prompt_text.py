@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import Target
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads import TokenModel
 from infbench.loadgen.workloads.build import build_workload
+from infbench.loadgen.workloads.lengths import LengthDist
 
 
 def _workload(kind: str, prompt_text: str, input_tokens: str = "300"):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.preflight import Target
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads import Structured, TokenModel
 from infbench.loadgen.workloads.build import build_workload
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.schemas import SchemaMix
 from reference_engine.json_grammar import compile_schema
 

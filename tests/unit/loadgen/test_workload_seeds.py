@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.lengths import LengthDist
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workloads import (
     MultiTurn,
@@ -26,6 +25,7 @@ from infbench.loadgen.workloads import (
     Workload,
 )
 from infbench.loadgen.workloads.base import RequestSpec
+from infbench.loadgen.workloads.lengths import LengthDist
 
 L = LengthDist.parse
 # Calibrations of very different targets: one token per word (a BPE vocabulary) and the

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from infbench.loadgen.memory_ledger import memory_row  # noqa: E402
-from infbench.loadgen.scrape import parse_prometheus  # noqa: E402
+from infbench.loadgen.telemetry.memory_ledger import memory_row  # noqa: E402
+from infbench.loadgen.telemetry.scrape import parse_prometheus  # noqa: E402
 from reference_engine import metrics as prom  # noqa: E402
 from reference_engine.config import EngineConfig  # noqa: E402
 from reference_engine.engine import Engine  # noqa: E402

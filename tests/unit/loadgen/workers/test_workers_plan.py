@@ -10,8 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.lengths import LengthDist
-from infbench.loadgen.run_types import RunSettings
+from infbench.loadgen.run.types import RunSettings
 from infbench.loadgen.seeds import Streams
 from infbench.loadgen.workers.plan import (
     _cycle,
@@ -23,6 +22,7 @@ from infbench.loadgen.workers.plan import (
     worker_settings,
 )
 from infbench.loadgen.workloads import Synthetic
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.multiturn import MultiTurn
 from infbench.loadgen.workloads.prompts import TokenModel
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.lengths import LengthDist
-from infbench.loadgen.run_types import RunSettings
+from infbench.loadgen.run.types import RunSettings
 from infbench.loadgen.workers.coordinator import Backend, Coordinator, WorkerState
 from infbench.loadgen.workloads import Synthetic
+from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.prompts import TokenModel
 
 

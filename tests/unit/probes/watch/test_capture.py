@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from infbench.loadgen.watch import Trigger
+from infbench.loadgen.telemetry.watch import Trigger
 from infbench.store import create_run, open_store
 from infbench.store.transfer import export_run, import_run
 from probes.watch.capture import IncidentCapturer, WatchTarget, public_url

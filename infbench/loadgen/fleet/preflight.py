@@ -8,7 +8,7 @@ first gets a warning: prompts are sized for the first.
 
 from __future__ import annotations
 
-from infbench.loadgen.fleet import Replica
+from infbench.loadgen.fleet.replicas import Replica
 from infbench.loadgen.preflight import PreflightError, Target, preflight
 
 

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from infbench.loadgen.run_types import LiveStats
-from infbench.loadgen.sse_events import ParsedStream
+from infbench.loadgen.run.types import LiveStats
+from infbench.loadgen.sse.events import ParsedStream
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # vLLM's own TTFT and ITL edges (reference_engine.metrics mirrors them), so infbench's view

@@ -1,5 +1,5 @@
 """What a run is given (`RunSettings`), what it shows while it goes (`LiveStats`) and what it
-ends with (`RunOutcome`); `loadgen.runner` drives it."""
+ends with (`RunOutcome`); `loadgen.run.runner` drives it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infbench.loadgen.arrivals import Arrivals
-from infbench.loadgen.bodies import ENDPOINTS
-from infbench.loadgen.fleet import Replica, RoutePolicy
-from infbench.loadgen.health import HealthSample
+from infbench.loadgen.fleet.replicas import Replica, RoutePolicy
+from infbench.loadgen.http.bodies import ENDPOINTS
+from infbench.loadgen.run.client_health import HealthSample
 from infbench.loadgen.seeds import Streams, new_salt
 
 

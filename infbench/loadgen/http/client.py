@@ -1,8 +1,8 @@
 """The client hot path: send one streaming request, timestamp every socket read.
 
 Nothing here parses JSON or splits SSE events while the stream is open: the connection
-(`infbench.loadgen.http1`) stamps each socket read as it arrives and keeps the decoded body
-in pieces until the stream ends, and `infbench.loadgen.sse` turns body and stamps into
+(`infbench.loadgen.http.pool`) stamps each socket read as it arrives and keeps the decoded body
+in pieces until the stream ends, and `infbench.loadgen.sse.parser` turns body and stamps into
 events after the request ends. The per-read cost is one kernel stamp, a walk over the chunk
 framing and a few list appends; no task wakes up per read.
 """
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from infbench.loadgen.http1 import Exchange, Pool
+from infbench.loadgen.http.pool import Exchange, Pool
 
 _ERROR_BODY_LIMIT = 2000
 T = TypeVar("T")

@@ -13,16 +13,16 @@ import time
 from collections import deque
 from typing import Any
 
-from infbench.loadgen.bodies import redact
-from infbench.loadgen.client import RawResponse
-from infbench.loadgen.exposition import LiveExposition
-from infbench.loadgen.pacer import Pacer
-from infbench.loadgen.rows import parse_now, parse_stream
-from infbench.loadgen.run_rows import RunRows
-from infbench.loadgen.run_types import LiveStats
-from infbench.loadgen.sizing import Sizer
-from infbench.loadgen.sse import ParsedStream
+from infbench.loadgen.http.bodies import redact
+from infbench.loadgen.http.client import RawResponse
+from infbench.loadgen.run.buffers import RunRows
+from infbench.loadgen.run.pacer import Pacer
+from infbench.loadgen.run.stream_rows import parse_now, parse_stream
+from infbench.loadgen.run.types import LiveStats
+from infbench.loadgen.sse.parser import ParsedStream
+from infbench.loadgen.telemetry.exposition import LiveExposition
 from infbench.loadgen.workloads.base import RequestSpec
+from infbench.loadgen.workloads.sizing import Sizer
 
 # Finished streams waiting beyond this many (the client is saturated) get the recorder the
 # next turn of every loop iteration until the backlog is short again, so memory stays bounded.

@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from infbench.loadgen.fleet import Replica, RoutePolicy
+from infbench.loadgen.fleet.replicas import Replica, RoutePolicy
 
 # Per replica (GROUPING SETS adds the fleet row, replica NULL); the duration is the run's
 # measured window, shared by every replica so throughputs add up.

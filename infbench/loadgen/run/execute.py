@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from infbench.loadgen.cache_share import prefix_cache_check
-from infbench.loadgen.client import run_timed
 from infbench.loadgen.fingerprint import store_fingerprint
-from infbench.loadgen.fleet_summary import fleet_summary
+from infbench.loadgen.fleet.summary import fleet_summary
+from infbench.loadgen.http.client import run_timed
 from infbench.loadgen.input_lengths import input_length_check
-from infbench.loadgen.outcome import Outcome, classify
-from infbench.loadgen.runner import LiveStats, Runner, RunOutcome, RunSettings
+from infbench.loadgen.run.outcome import Outcome, classify
+from infbench.loadgen.run.runner import LiveStats, Runner, RunOutcome, RunSettings
 from infbench.loadgen.summary import mark_cooldown, summarize
-from infbench.loadgen.watch import Trigger, Watch
+from infbench.loadgen.telemetry.watch import Trigger, Watch
 from infbench.loadgen.workers.record import record_workers, worker_warnings
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads.base import Workload

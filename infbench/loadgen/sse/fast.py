@@ -1,6 +1,6 @@
 """The array parser: a whole stream body in C-level passes instead of per event (`FastParser`).
 
-The per-event parser (`infbench.loadgen.sse.StreamParser`) handles every stream; this one
+The per-event parser (`infbench.loadgen.sse.parser.StreamParser`) handles every stream; this one
 handles the common shape faster and gives the identical result
 (tests/unit/loadgen/test_fast_parse.py).
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from infbench.loadgen.sse_events import (
+from infbench.loadgen.sse.events import (
     _CHOICES,
     _CONTENT_KEYS,
     _USAGE,

@@ -1,5 +1,5 @@
 """The load generator's HTTP/1.1 client: a pool of keep-alive connections to one origin,
-one request at a time each (the connection and its parser: `http1_conn`).
+one request at a time each (the connection and its parser: `connection`).
 
 What it speaks: requests given as bytes (`Pool.request_bytes`: POST with a body, or GET),
 responses framed by `Transfer-Encoding: chunked`,
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from infbench.loadgen.http1_conn import _IDLE, Connection, Exchange, ProtocolError
+from infbench.loadgen.http.connection import _IDLE, Connection, Exchange, ProtocolError
 
 __all__ = ["Connection", "Exchange", "Pool", "ProtocolError", "stamp_clock"]
 
@@ -64,7 +64,7 @@ class Pool:
         self._idle: list[Connection] = []
         self._addr: list[Any] | None = None
         self._closed = False
-        # What the live watch reads (loadgen/watch.py), kept per request, not per read: the
+        # What the live watch reads (loadgen/telemetry/watch.py), kept per request, not per read: the
         # exchanges open now, and the last byte of any that has ended.
         self.live: set[Exchange] = set()
         self.last_read_ns = 0

@@ -10,8 +10,8 @@ import asyncio
 import functools
 from typing import Any
 
-from infbench.loadgen.client import RawResponse, arrival_times, retime
-from infbench.loadgen.sse import FastParser, ParsedStream, StreamParser
+from infbench.loadgen.http.client import RawResponse, arrival_times, retime
+from infbench.loadgen.sse.parser import FastParser, ParsedStream, StreamParser
 from infbench.loadgen.workloads.base import RequestSpec
 
 PARSE_SLICE = 4096  # reads parsed between yields to the event loop (per-event parser)

@@ -6,7 +6,7 @@ from typing import Any
 
 from infbench import __version__
 from infbench.loadgen.preflight import Target
-from infbench.loadgen.runner import RunSettings
+from infbench.loadgen.run.runner import RunSettings
 from infbench.loadgen.workloads import Workload
 from infbench.loadgen.workloads.build import workload_warnings
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import json
 
-from infbench.loadgen.sse_events import (
+from infbench.loadgen.sse.events import (
     ParsedStream,
     _facts,
     carries_choices,
     carries_usage,
     has_content,
 )
-from infbench.loadgen.sse_fast import FAST_PIECE_BYTES, ArrivalFn, FastParser
+from infbench.loadgen.sse.fast import FAST_PIECE_BYTES, ArrivalFn, FastParser
 
 __all__ = ["FAST_PIECE_BYTES", "ArrivalFn", "FastParser", "ParsedStream", "StreamParser", "carries_choices",
            "carries_usage", "has_content", "parse_reads"]

@@ -6,7 +6,7 @@ the hot path in `client.py`, and hands each finished stream to the `recorder`, w
 it off the send path into column buffers that go to the store writer in batches while the
 run goes on.
 
-Each request is sized just before it is sent (`loadgen.sizing`): conversation turns always,
+Each request is sized just before it is sent (`loadgen.workloads.sizing`): conversation turns always,
 other requests where the target counts tokens differently from the model. Stopping: a run
 stops starting sessions at --duration or once --num-requests are committed (a conversation
 commits all its turns when it starts, so the count is never cut mid-conversation); sessions
@@ -26,22 +26,22 @@ from typing import Any
 
 import aiohttp
 
-from infbench.loadgen.bodies import ENDPOINTS, auth_headers, build_body
 from infbench.loadgen.calibrate import Counter
-from infbench.loadgen.client import RawResponse, make_pool, stream_post
-from infbench.loadgen.exposition import LiveExposition
-from infbench.loadgen.fleet import Replica, Router
-from infbench.loadgen.health import HealthMonitor, HealthSample
-from infbench.loadgen.pacer import Pacer
-from infbench.loadgen.recorder import Recorder
-from infbench.loadgen.run_rows import RunRows
-from infbench.loadgen.run_types import LiveStats, RunOutcome, RunSettings
-from infbench.loadgen.scrape import ScrapeGroup
+from infbench.loadgen.fleet.replicas import Replica, Router
+from infbench.loadgen.http.bodies import ENDPOINTS, auth_headers, build_body
+from infbench.loadgen.http.client import RawResponse, make_pool, stream_post
+from infbench.loadgen.run.buffers import RunRows
+from infbench.loadgen.run.client_health import HealthMonitor, HealthSample
+from infbench.loadgen.run.pacer import Pacer
+from infbench.loadgen.run.recorder import Recorder
+from infbench.loadgen.run.types import LiveStats, RunOutcome, RunSettings
 from infbench.loadgen.seeds import Streams
-from infbench.loadgen.sizing import Sizer
-from infbench.loadgen.watch import Watch, Watcher, start_watcher
+from infbench.loadgen.telemetry.exposition import LiveExposition
+from infbench.loadgen.telemetry.scrape import ScrapeGroup
+from infbench.loadgen.telemetry.watch import Watch, Watcher, start_watcher
 from infbench.loadgen.workloads.base import RequestSpec, Session, Workload
 from infbench.loadgen.workloads.prompts import TokenModel
+from infbench.loadgen.workloads.sizing import Sizer
 from infbench.store.writer import BatchWriter
 
 _SPIN_S = 0.002
@@ -66,7 +66,7 @@ class Runner:
         settings.validate()
         self._start = start
         self._index = index
-        self.s = settings
+        self.settings = settings
         self.workload = workload
         self.writer = writer
         self.t0_ns = t0_ns
@@ -119,16 +119,16 @@ class Runner:
     def _deadline_passed(self) -> bool:
         if self._stop.is_set():
             return True
-        count_done = self.s.num_requests is not None and self._committed >= self.s.num_requests
+        count_done = self.settings.num_requests is not None and self._committed >= self.settings.num_requests
         elapsed_s = (time.monotonic_ns() - self.t0_ns) / 1e9
-        time_done = self.s.duration_s is not None and elapsed_s >= self.s.duration_s
+        time_done = self.settings.duration_s is not None and elapsed_s >= self.settings.duration_s
         if count_done or time_done:
             self._stop.set()
         return self._stop.is_set()
 
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:
-        self._pools = [make_pool(r.url, self.s.request_timeout_s) for r in self._replicas]
+        self._pools = [make_pool(r.url, self.settings.request_timeout_s) for r in self._replicas]
         # Scrapes go over their own connections, so they never queue behind a stream.
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         background: list[asyncio.Task[Any]] = []
@@ -145,20 +145,21 @@ class Runner:
             # client work that would otherwise land in the first requests' TTFT.
             self.t0_ns = await self._start() if self._start is not None else time.monotonic_ns()
             self.stats.started_ns = self._recorder.t0_ns = self.t0_ns
-            if self._expo is not None and self.s.metrics_bind is not None:
-                await self._expo.start(*self.s.metrics_bind)
+            if self._expo is not None and self.settings.metrics_bind is not None:
+                await self._expo.start(*self.settings.metrics_bind)
             background.append(asyncio.create_task(self.health.run(self._on_health)))
             if self._watch is not None:
                 self.watcher = start_watcher(self._watch, self._pools,
                                              [r.name or None for r in self._replicas], self.stats,
                                              self._fleet)
                 background.append(asyncio.create_task(self.watcher.run()))
-            scrapers = ScrapeGroup(session, self._replicas, self._headers, self.s.scrape_interval_s,
+            scrapers = ScrapeGroup(session, self._replicas, self._headers, self.settings.scrape_interval_s,
                                    self.t0_ns, self._recorder.scrape_rows, self._recorder.step_rows,
                                    self._fleet)
             background.extend(asyncio.create_task(t) for t in scrapers.tasks())
             if self._sizer.model.source == "tokenize":  # the target counts: size against it
-                counter = Counter(session, self.s.url, self.s.endpoint, self.s.model, self._headers, tokenize=True)
+                st = self.settings
+                counter = Counter(session, st.url, st.endpoint, st.model, self._headers, tokenize=True)
 
                 def count(spec: RequestSpec) -> Any:
                     if spec.messages is not None:
@@ -167,7 +168,7 @@ class Runner:
 
                 self._sizer.count = count
             sessions = self.workload.sessions(self._streams)
-            if self.s.arrivals.kind == "closed":
+            if self.settings.arrivals.kind == "closed":
                 await self._closed_loop(sessions)
             else:
                 await self._open_loop(sessions)
@@ -203,7 +204,7 @@ class Runner:
     async def _prewarm(self) -> None:
         """Open the connection pools before the clock starts, one cheap GET per connection (a
         target without /v1/models answers 404, which warms the connection just as well)."""
-        n = min(self.s.arrivals.concurrency or _PREWARM_OPEN_LOOP, _PREWARM_MAX)
+        n = min(self.settings.arrivals.concurrency or _PREWARM_OPEN_LOOP, _PREWARM_MAX)
         for pool in self._pools:
             await pool.open(n, pool.request_bytes("/v1/models", b"", self._headers, method="GET"))
 
@@ -211,8 +212,8 @@ class Runner:
         if not self._tasks:
             return
         # Sessions begun run all their turns: each turn gets the request timeout and a margin.
-        timeout = (self.s.drain_timeout_s if self.s.drain_timeout_s is not None
-                   else (self.s.request_timeout_s + 5) * self._turns)
+        timeout = (self.settings.drain_timeout_s if self.settings.drain_timeout_s is not None
+                   else (self.settings.request_timeout_s + 5) * self._turns)
         _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
         if pending:
             self.interrupt(f"{len(pending)} requests still in flight {timeout:.0f}s after sending stopped")
@@ -233,11 +234,11 @@ class Runner:
                 if self._deadline_passed():
                     return
 
-        slots = [self._spawn(slot()) for _ in range(self.s.arrivals.concurrency)]
+        slots = [self._spawn(slot()) for _ in range(self.settings.arrivals.concurrency)]
         await asyncio.gather(*slots, return_exceptions=True)
 
     async def _open_loop(self, sessions: Iterator[Session]) -> None:
-        a = self.s.arrivals
+        a = self.settings.arrivals
         offsets = a.offsets(self._streams.arrivals()) if a.kind != "trace" else None
         cap = asyncio.Semaphore(a.concurrency) if a.concurrency > 0 else None
         for sess in sessions:
@@ -249,7 +250,7 @@ class Runner:
             else:
                 at = (spec.at or 0.0) * (a.time_scale if a.kind != "trace" else 1.0)
             due_ns = self.t0_ns + int(at * 1e9)
-            if self.s.duration_s is not None and at >= self.s.duration_s:
+            if self.settings.duration_s is not None and at >= self.settings.duration_s:
                 self._stop.set()
             if self._deadline_passed():
                 break
@@ -347,8 +348,8 @@ class Runner:
         except asyncio.CancelledError:
             self._router.finished(replica)
             raise
-        body = build_body(spec, endpoint=self.s.endpoint, model=self.s.model,
-                          ignore_eos=self.s.ignore_eos, temperature=self.s.temperature)
+        body = build_body(spec, endpoint=self.settings.endpoint, model=self.settings.model,
+                          ignore_eos=self.settings.ignore_eos, temperature=self.settings.temperature)
         pool = self._pools[replica]
         request = pool.request_bytes(self._path, body, self._headers)
         raw = RawResponse(send_ns=0)
@@ -381,7 +382,7 @@ class Runner:
             self._consecutive_conn_errors = 0
             return
         self._consecutive_conn_errors += 1
-        if self._consecutive_conn_errors >= max(16, 2 * self.s.arrivals.concurrency):
+        if self._consecutive_conn_errors >= max(16, 2 * self.settings.arrivals.concurrency):
             self.interrupt(f"target stopped answering ({self._consecutive_conn_errors} "
                            f"connection failures in a row, last: {error_class})")
 

@@ -88,7 +88,7 @@ class Watcher:
                  counters: Callable[[], tuple[int, int, dict[str, int]]],
                  replica_samples: dict[str, deque[tuple[float, int]]] | None,
                  on_trigger: Callable[[Trigger], None]) -> None:
-        self.s = settings
+        self.settings = settings
         self._pools, self._names = list(pools), list(names)
         self._counters = counters
         self._samples = replica_samples
@@ -103,13 +103,13 @@ class Watcher:
 
     async def run(self) -> None:
         self._start_ns = time.monotonic_ns()
-        tick_ns = int(self.s.tick_s * 1e9)
+        tick_ns = int(self.settings.tick_s * 1e9)
         due = time.monotonic_ns()
         while True:
             due += tick_ns
             await asyncio.sleep(max(due - time.monotonic_ns(), 0) / 1e9)
             now = time.monotonic_ns()
-            if now - due > int(self.s.stall_s * 1e9 / 2):
+            if now - due > int(self.settings.stall_s * 1e9 / 2):
                 due = now  # the client itself was stalled: its view of the streams is stale
                 continue
             self.check(now)
@@ -134,18 +134,18 @@ class Watcher:
         streaming = [ex for ex in live if ex.body_bytes > 0]
         progress = max([pool.last_read_ns, self._start_ns, *(ex.last_ns for ex in streaming)])
         silent_ns = now - progress
-        stopped = bool(streaming) and silent_ns >= self.s.stall_s * 1e9
+        stopped = bool(streaming) and silent_ns >= self.settings.stall_s * 1e9
         if stopped and not self._stopped[i]:
             self._fire(Trigger("engine_stopped", now, self._names[i], {
                 "open_streams": len(streaming), "waiting_for_first_byte": len(live) - len(streaming),
                 "silent_s": round(silent_ns / 1e9, 3), "last_byte_ns": progress,
-                "threshold_s": self.s.stall_s}))
+                "threshold_s": self.settings.stall_s}))
         self._stopped[i] = stopped
 
     def _check_burst(self, now: int) -> None:
         done, errors, by_class = self._counters()
         self._history.append((now, done, errors, dict(by_class)))
-        window_ns = int(self.s.burst_window_s * 1e9)
+        window_ns = int(self.settings.burst_window_s * 1e9)
         while len(self._history) > 1 and self._history[1][0] <= now - window_ns:
             self._history.popleft()
         t0, done0, err0, cls0 = self._history[0]
@@ -155,12 +155,12 @@ class Watcher:
         before = next((h for h, nxt in zip(self._history, list(self._history)[1:], strict=False)
                        if nxt[2] > err0), self._history[0])
         d_done = done - before[1]
-        burst = d_err >= self.s.burst_errors and d_err >= d_done  # errors >= half of those ended
+        burst = d_err >= self.settings.burst_errors and d_err >= d_done  # errors >= half of those ended
         if burst and not self._bursting:
             grown = {k: v - cls0.get(k, 0) for k, v in by_class.items() if v > cls0.get(k, 0)}
             top = max(grown, key=lambda k: grown[k]) if grown else "unknown"
             self._fire(Trigger("error_burst", now, None, {
-                "errors": d_err, "ended": d_err + d_done, "window_s": self.s.burst_window_s,
+                "errors": d_err, "ended": d_err + d_done, "window_s": self.settings.burst_window_s,
                 "top_class": top, "by_class": grown}))
         self._bursting = burst
 
@@ -168,7 +168,7 @@ class Watcher:
         assert self._samples is not None
         itls, concs = {}, {}
         for name, recent in self._samples.items():
-            if len(recent) >= self.s.depart_min_samples:
+            if len(recent) >= self.settings.depart_min_samples:
                 itls[name] = np.fromiter((x[0] for x in recent), float)
                 concs[name] = float(np.mean([x[1] for x in recent]))
         if len(itls) < 2:
@@ -183,14 +183,14 @@ class Watcher:
             # Apart, not only a median ahead: its lower quartile above the peers' upper one.
             apart = float(np.quantile(own, 0.25)) > float(np.quantile(others, 0.75))
             departs = (equal_load and apart and p_itl > 0
-                       and itl >= self.s.depart_ratio * p_itl)
+                       and itl >= self.settings.depart_ratio * p_itl)
             if departs and name not in self._departed:
                 self._departed.add(name)
                 self._fire(Trigger("replica_departs", now, name, {
                     "itl_p50_ms": round(itl, 3), "peers_itl_p50_ms": round(p_itl, 3),
                     "concurrency": round(conc, 2), "peers_concurrency": round(p_conc, 2),
-                    "ratio": round(itl / p_itl, 3), "threshold_ratio": self.s.depart_ratio}))
-            elif not departs and itl < self.s.depart_ratio * p_itl:
+                    "ratio": round(itl / p_itl, 3), "threshold_ratio": self.settings.depart_ratio}))
+            elif not departs and itl < self.settings.depart_ratio * p_itl:
                 self._departed.discard(name)
 
 
@@ -204,7 +204,7 @@ class Watch:
 
 def start_watcher(watch: Watch, pools: Sequence[LivePool], names: Sequence[str | None],
                   stats: Any, fleet: bool) -> Watcher:
-    """A watcher over the run's pools and live stats (`run_types.LiveStats`)."""
+    """A watcher over the run's pools and live stats (`run.types.LiveStats`)."""
     return Watcher(watch.settings, pools, names,
                    lambda: (stats.done, stats.errors, stats.errors_by_class),
                    stats.replica_recent if fleet else None, watch.on_trigger)

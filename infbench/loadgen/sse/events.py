@@ -1,8 +1,8 @@
 """What a stream's SSE events are and carry, found by byte searches (no JSON parsing), and
 the per-request facts both parsers produce (`ParsedStream`).
 
-Shared by the per-event parser (`infbench.loadgen.sse`) and the array parser
-(`infbench.loadgen.sse_fast`), which must give identical results.
+Shared by the per-event parser (`infbench.loadgen.sse.parser`) and the array parser
+(`infbench.loadgen.sse.fast`), which must give identical results.
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from infbench.loadgen.client import RawResponse
-from infbench.loadgen.health import HealthSample
-from infbench.loadgen.memory_ledger import memory_row
-from infbench.loadgen.rows import request_row
-from infbench.loadgen.sse import ParsedStream
+from infbench.loadgen.http.client import RawResponse
+from infbench.loadgen.run.client_health import HealthSample
+from infbench.loadgen.run.stream_rows import request_row
+from infbench.loadgen.sse.parser import ParsedStream
+from infbench.loadgen.telemetry.memory_ledger import memory_row
 from infbench.loadgen.workloads.base import RequestSpec
 from infbench.store.writer import ArrayBuffer, BatchWriter, ColumnBuffer
 
