@@ -168,8 +168,8 @@ def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
         c = steps.compiles
         evidence.append(_engine_compiles(steps))
         said_engine = (f" The engine's log has {int(c['compiles'])} compiles of "
-                       f"{steps.ms_per_compile:.0f} ms each on average, while other requests kept "
-                       "stepping: the compile held only the requests waiting on it.")
+                       f"{steps.ms_per_compile:.0f} ms each on average"
+                       + _while_waiting(c) + ".")
         if steps.mask.get("steps"):
             said_engine += (f" Against it, the recurring token mask added "
                             f"{steps.mask['exposed_ms_per_step']:.3f} ms to each structured step "
@@ -181,6 +181,19 @@ def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
         f"{max(stalled.values()):.0f} ms); later requests of the same schemas did not: a compile "
         f"stall, paid once per schema, on TTFT.{said_size}{said_new}{said_engine}",
         evidence, reqs)
+
+
+def _while_waiting(c: dict) -> str:
+    """Whether the engine kept stepping other requests while some waited on a compile (vLLM
+    does), or stopped (a compile that blocks the whole step)."""
+    waiting, working = int(c["steps_with_waiting"]), int(c["steps_working_while_waiting"])
+    if not waiting:
+        return ""
+    if working == waiting:
+        return (f"; in all {waiting} steps with requests waiting on a compile other requests "
+                "kept stepping: the compile held only the requests waiting on it")
+    return (f"; in {waiting - working} of {waiting} steps with requests waiting on a compile "
+            "nothing else ran")
 
 
 def _binomial_tail(m: int, n: int, p: float) -> float:
@@ -195,6 +208,7 @@ def _engine_compiles(steps: StepFacts) -> Evidence:
         "max_step_ms_per_compile": _r(c["max_step_ms_per_compile"]),
         "cache_hits": int(c["hits"]), "cache_misses": int(c["misses"]),
         "steps_with_requests_waiting": int(c["steps_with_waiting"]),
+        "steps_stepping_others_meanwhile": int(c["steps_working_while_waiting"]),
         "peak_requests_waiting": int(c["peak_waiting"])}, steps.sql["compiles"])
 
 
@@ -210,8 +224,8 @@ def _compile_stall_from_steps(reqs: SchemaRequests, steps: StepFacts | None) -> 
     return _stall_finding(
         0.7,
         f"The engine compiled {int(c['compiles'])} schemas, {per:.0f} ms each on average, while "
-        f"requests waited for them (up to {int(c['peak_waiting'])} at a step); the other requests "
-        "kept stepping. The client's rows could not show it: the schemas' first requests went "
+        f"requests waited for them (up to {int(c['peak_waiting'])} at a step){_while_waiting(c)}. "
+        "The client's rows could not show it: the schemas' first requests went "
         "out in the run's opening burst, or too few requests found their schema compiled.",
         [_engine_compiles(steps)], reqs)
 

@@ -18,6 +18,8 @@ SELECT sum(grammar_compiles) AS compiles,
        sum(grammar_cache_hits) AS hits,
        sum(grammar_cache_misses) AS misses,
        count(*) FILTER (WHERE grammar_waiting > 0) AS steps_with_waiting,
+       count(*) FILTER (WHERE grammar_waiting > 0 AND (prefill_tokens > 0 OR decode_seqs > 0))
+           AS steps_working_while_waiting,
        max(grammar_waiting) AS peak_waiting,
        count(*) AS steps
 FROM engine_steps
@@ -68,8 +70,8 @@ class StepFacts:
 def load_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> StepFacts | None:
     """None where the run's step log has no structured-output fields."""
     csql, crow = fetch_one(con, COMPILES_SQL, run_id=run_id)
-    names = ("compiles", "compile_ms", "max_step_ms_per_compile", "hits", "misses", "steps_with_waiting",
-             "peak_waiting", "steps")
+    names = ("compiles", "compile_ms", "max_step_ms_per_compile", "hits", "misses",
+             "steps_with_waiting", "steps_working_while_waiting", "peak_waiting", "steps")
     compiles = dict(zip(names, crow, strict=True))
     if not compiles["steps"]:
         return None

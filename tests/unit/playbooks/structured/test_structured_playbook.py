@@ -133,15 +133,19 @@ def test_requests_sent_during_the_first_ones_compile_are_counted_as_joined(tmp_p
 
 
 def steps_rows(n: int, *, blocking: bool, mask_ms: float, exposed_ms: float, step_ms: float,
-               seqs: int = 4, compiles: list[tuple[int, float]] = ()) -> list[dict[str, Any]]:
+               seqs: int = 4, compiles: list[tuple[int, float]] = (),
+               idle_while_waiting: bool = False) -> list[dict[str, Any]]:
     rows = []
     done = dict(compiles)
     for i in range(n):
         c, cms = (1, done[i]) if i in done else (0, 0.0)
+        waiting = 2 if c == 0 and i < max(done or [0]) else 0
         rows.append({"start_s": i * step_ms / 1e3, "end_s": (i + 1) * step_ms / 1e3,
+                     "prefill_tokens": 0,
+                     "decode_seqs": 0 if waiting and idle_while_waiting else seqs,
                      "structured_seqs": seqs, "grammar_mask_ms": mask_ms,
                      "grammar_mask_exposed_ms": exposed_ms, "grammar_mask_blocking": blocking,
-                     "grammar_waiting": 2 if c == 0 and i < max(done or [0]) else 0,
+                     "grammar_waiting": waiting,
                      "grammar_compiles": c, "grammar_compile_ms": cms,
                      "grammar_cache_hits": 1, "grammar_cache_misses": c})
     return rows
@@ -224,14 +228,18 @@ def test_an_opening_burst_of_first_requests_is_not_read_as_compiles(tmp_path: Pa
     assert any("opening burst" in n for n in d.notes)
 
 
+@pytest.mark.parametrize("idle", [False, True])
 def test_with_every_first_request_in_the_burst_the_step_log_still_names_the_stall(
-        tmp_path: Path) -> None:
+        tmp_path: Path, idle: bool) -> None:
     rng = np.random.default_rng(32)
     reqs = burst_run(rng, 3, 3, 9.0, 14.0, 65.0)
     steps = steps_rows(120, blocking=False, mask_ms=0.05, exposed_ms=0.0, step_ms=4.0,
-                       compiles=[(15, 64.0), (16, 66.0), (17, 65.5)])
+                       compiles=[(15, 64.0), (16, 66.0), (17, 65.5)], idle_while_waiting=idle)
     d = diagnose_structured(store(tmp_path, reqs, steps=steps), "r")
     f = finding(d, "grammar_compile_stall")
     assert f.confidence == 0.7 and "opening burst" in f.summary
+    # whether the engine kept stepping the others is read from the log, not assumed
+    assert ("nothing else ran" in f.summary) == idle
+    assert ("held only the requests waiting" in f.summary) == (not idle)
     assert f.evidence[0].values["compiles"] == 3
     assert f.evidence[0].values["ms_per_compile"] == pytest.approx(65.17, abs=0.01)
