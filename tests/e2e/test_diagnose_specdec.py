@@ -160,3 +160,32 @@ def test_the_batch_size_where_speculation_stops_paying(tmp_path: Path) -> None:
     (f,) = [f for f in diag.findings if f.verdict == "spec_costs_throughput"]
     found = f.scope["batch_size_from"]
     assert abs(found.bit_length() - truth_from.bit_length()) <= 1, (found, ratios)
+
+
+def _stream(eng, prompt: str, max_tokens: int) -> tuple[str, int, int]:
+    """(text, content events, completion tokens) of one greedy streamed completion."""
+    status, _, raw = eng.request("POST", "/v1/completions", {
+        "model": "qwen2.5-3b-instruct", "prompt": prompt, "max_tokens": max_tokens,
+        "temperature": 0, "ignore_eos": True, "stream": True,
+        "stream_options": {"include_usage": True}})
+    assert status == 200
+    events = [json.loads(line[6:]) for line in raw.decode().splitlines()
+              if line.startswith("data: {")]
+    content = [e["choices"][0]["text"] for e in events if e["choices"] and e["choices"][0]["text"]]
+    return "".join(content), len(content), events[-1]["usage"]["completion_tokens"]
+
+
+def test_streamed_text_is_the_same_and_a_step_sends_its_tokens_at_once() -> None:
+    prompt = "the list goes red, green, blue; " * 12
+    common = ("--sim-copy-probability", "0.9", "--seed", "21")
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 3,
+                       "prompt_lookup_max": 4})
+    with running_engine(*common) as eng:
+        plain = _stream(eng, prompt, 80)
+    with running_engine(*common, "--speculative-config", spec) as eng:
+        fast = _stream(eng, prompt, 80)
+        m = eng.metrics()
+    assert fast[0] == plain[0] and fast[2] == plain[2] == 80
+    assert plain[1] == 80
+    # each decode step's tokens arrive as one event: fewer events by the accepted drafts
+    assert fast[1] == 80 - m["vllm:spec_decode_num_accepted_tokens_total"]
