@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import urllib.error
-import urllib.request
 from typing import Any
 
 from infbench.config.model import Captured, CaptureError, Setting, flatten
 from infbench.config.normalize import normalise
+from infbench.http_client import NoAnswer, request
 from infbench.promtext import parse_labels, parse_raw
 
 _INFO = re.compile(r"vllm:cache_config_info|sglang:[a-z_]*config_info")
@@ -26,15 +25,15 @@ _SERIES_LABELS = {"engine", "model_name"}
 
 
 def _get(url: str, api_key: str | None, timeout: float) -> tuple[int, str]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    """(status, body); the body only of a 2xx answer. The key goes in a header only."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CaptureError(f"{url}: cannot connect ({reason}); nothing was stored") from None
+        answer = request("GET", url, timeout_s=timeout,
+                         headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    except NoAnswer as exc:
+        raise CaptureError(f"{url}: cannot connect ({exc}); nothing was stored") from None
+    if not 200 <= answer.status < 300:
+        return answer.status, ""
+    return answer.status, answer.body.decode("utf-8", "replace")
 
 
 def _label_value(text: str) -> Any:

@@ -19,12 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from infbench.http_client import NoAnswer, request
 
 
 class LaunchError(RuntimeError):
@@ -112,12 +112,9 @@ class Launcher:
             if proc.poll() is not None:
                 raise LaunchError(f"the engine exited with code {proc.returncode} before it was "
                                   f"healthy: {tail(log_path)}")
-            try:
-                with urllib.request.urlopen(url + self.health_path, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            with contextlib.suppress(NoAnswer):  # not listening yet
+                if request("GET", url + self.health_path, timeout_s=2).status == 200:
+                    return
             time.sleep(0.2)
         raise LaunchError(f"the engine was not healthy at {url}{self.health_path} within "
                           f"{self.start_timeout_s:g} s: {tail(log_path)}")

@@ -24,12 +24,11 @@ import re
 import signal
 import socket
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from infbench.http_client import NoAnswer, request
 from probes.hang.errors import CaptureError
 from probes.hang.frdump import read_dump
 from probes.hang.model import Capture, RankCapture, new_capture_id
@@ -48,17 +47,16 @@ _STACKS_NAME = re.compile(r"^stacks[_\-]?(?:rank[_\-]?)?(\d+)(?:\.(json|txt))?$"
 
 
 def _http(url: str, method: str = "GET", timeout_s: float = HTTP_TIMEOUT_S) -> Any:
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as exc:
-        raise CaptureError(f"{method} {url}: HTTP {exc.code} (the bundled engine answers it "
+        answer = request(method, url, timeout_s=timeout_s,
+                         content=b"" if method == "POST" else None)
+    except NoAnswer as exc:
+        raise CaptureError(f"{method} {url}: no answer ({exc})") from None
+    if not 200 <= answer.status < 300:
+        raise CaptureError(f"{method} {url}: HTTP {answer.status} (the bundled engine answers it "
                            "with --dump-dir and more than one rank; for another engine use "
-                           "--pids with --dumps)") from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CaptureError(f"{method} {url}: no answer ({reason})") from None
+                           "--pids with --dumps)")
+    body = answer.body
     try:
         return json.loads(body) if body.strip() else None
     except json.JSONDecodeError:

@@ -5,8 +5,8 @@ for what is one GET per query; it retries through urllib3 by default, so a slow 
 costs several timeouts before the caller hears of it; and its errors are one exception class
 wrapping the body, which drops the API's `errorType` and its `warnings` (the partial-data
 signal we must surface). The HTTP API (`/api/v1/query_range`, documented and stable since
-Prometheus 2.0) is a JSON envelope that the standard library reads in a few lines, with
-one timeout we choose and errors we can classify.
+Prometheus 2.0) is a JSON envelope read in a few lines over httpx (`infbench.http_client`),
+with one timeout we choose and errors we can classify.
 
 Secrets: a bearer token is read from an environment variable or a file at construction
 and lives only in the request header. It is never part of a URL, a message, `repr()` or
@@ -15,24 +15,22 @@ anything returned, so nothing downstream (the store, logs, the summary) can leak
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Failure kinds, so a caller can say what went wrong in one line without parsing messages.
-UNREACHABLE = "unreachable"  # connection refused, DNS, reset
-TIMEOUT = "timeout"          # no answer within the client's timeout
+from infbench.http_client import TIMEOUT, TLS, UNREACHABLE, NoAnswer, request, tls_context
+
+# Failure kinds, so a caller can say what went wrong in one line without parsing messages;
+# unreachable (refused, DNS, reset), timeout (no answer within the client's timeout) and tls
+# (certificate or handshake failure) are the transport's (`infbench.http_client`).
 HTTP = "http"                # a status other than 200 without an API error body
 API = "api"                  # Prometheus answered status=error (bad_data, execution, ...)
-TLS = "tls"                  # certificate or handshake failure
 BAD_RESPONSE = "bad_response"  # not the API's JSON envelope
 AUTH = "auth"                # the token could not be read (missing variable or file)
 # Kinds after which asking the same server again is pointless within one pull.
@@ -84,18 +82,11 @@ def read_token(env: str | None = None, path: str | Path | None = None) -> str | 
     return None
 
 
-def _ssl_context(ca_file: str | Path | None, insecure: bool) -> ssl.SSLContext | None:
-    if insecure:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-    if ca_file:
-        try:
-            return ssl.create_default_context(cafile=str(ca_file))
-        except (OSError, ssl.SSLError) as exc:
-            raise PrometheusError(TLS, f"CA file {ca_file}: {exc}") from None
-    return None
+def _ssl_context(ca_file: str | Path | None, insecure: bool) -> ssl.SSLContext:
+    try:
+        return tls_context(ca_file, insecure)
+    except (OSError, ssl.SSLError) as exc:
+        raise PrometheusError(TLS, f"CA file {ca_file}: {exc}") from None
 
 
 def _fmt_time(t: float) -> str:
@@ -135,38 +126,29 @@ class PrometheusClient:
              ) -> tuple[Any, list[str]]:
         """Call an API path; returns the envelope's `data` and its `warnings`."""
         form = urllib.parse.urlencode(params)
-        if post:
-            # A form body, as Grafana sends long selectors: the URL stays short (the query
-            # endpoints accept POST; others, like /targets, only GET).
-            req = urllib.request.Request(
-                self.url + path, data=form.encode(), method="POST",
-                headers={**self._headers, "Content-Type": "application/x-www-form-urlencoded"})
-        else:
-            req = urllib.request.Request(f"{self.url}{path}?{form}", headers=self._headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._ssl) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            raw = err.read()
-            envelope = _envelope(raw)
+            if post:
+                # A form body, as Grafana sends long selectors: the URL stays short (the
+                # query endpoints accept POST; others, like /targets, only GET).
+                answer = request("POST", self.url + path, timeout_s=self.timeout_s,
+                                 headers={**self._headers,
+                                          "Content-Type": "application/x-www-form-urlencoded"},
+                                 content=form.encode(), verify=self._ssl)
+            else:
+                answer = request("GET", f"{self.url}{path}?{form}", timeout_s=self.timeout_s,
+                                 headers=self._headers, verify=self._ssl)
+        except NoAnswer as err:
+            if err.kind == TIMEOUT:
+                raise PrometheusError(TIMEOUT, f"no answer within {self.timeout_s:g}s") from None
+            if err.kind == TLS:
+                raise PrometheusError(TLS, f"TLS: {err}") from None
+            raise PrometheusError(UNREACHABLE, str(err)) from None
+        envelope = _envelope(answer.body)
+        if not 200 <= answer.status < 300:
             if envelope is not None and envelope.get("status") == "error":
                 raise PrometheusError(API, f"{envelope.get('errorType', 'error')}: "
-                                           f"{envelope.get('error', '')}") from None
-            raise PrometheusError(HTTP, f"HTTP {err.code} {err.reason}") from None
-        except TimeoutError:
-            raise PrometheusError(TIMEOUT, f"no answer within {self.timeout_s:g}s") from None
-        except urllib.error.URLError as err:
-            reason = err.reason
-            if isinstance(reason, ssl.SSLError | ssl.CertificateError):
-                raise PrometheusError(TLS, f"TLS: {reason}") from None
-            if isinstance(reason, TimeoutError):
-                raise PrometheusError(TIMEOUT, f"no answer within {self.timeout_s:g}s") from None
-            raise PrometheusError(UNREACHABLE, f"{reason}") from None
-        except http.client.HTTPException as err:  # cut off mid-answer
-            raise PrometheusError(UNREACHABLE, f"connection broke: {type(err).__name__}") from None
-        except (ConnectionError, OSError) as err:
-            raise PrometheusError(UNREACHABLE, str(err) or type(err).__name__) from None
-        envelope = _envelope(raw)
+                                           f"{envelope.get('error', '')}")
+            raise PrometheusError(HTTP, f"HTTP {answer.status} {answer.reason}")
         if envelope is None:
             raise PrometheusError(BAD_RESPONSE, "the answer is not Prometheus API JSON")
         if envelope.get("status") != "success":

@@ -21,13 +21,12 @@ import base64
 import contextlib
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from infbench.http_client import NoAnswer, request
 from probes.hang.capture import capture_pids, capture_url
 from probes.hang.errors import CaptureError
 from probes.hang.model import Capture
@@ -95,23 +94,18 @@ def read_metrics(target: WatchTarget, headers: dict[str, str], limit: int = METR
     at = time.monotonic_ns()
     parts = urlsplit(url)
     if parts.username is not None and "Authorization" not in headers:
-        # http://user:password@host: urllib takes credentials as a header, not in the URL
+        # http://user:password@host: the credentials go in a header, never in the URL sent
         token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}"
                                  .encode()).decode()
         headers = {**headers, "Authorization": f"Basic {token}"}
-    req = urllib.request.Request(public_url(url), headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            body = resp.read(limit + 1)
-    except urllib.error.HTTPError as exc:
-        return MetricsPage(target.name, public_url(url), at, "failed", error=f"HTTP {exc.code}")
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return MetricsPage(target.name, public_url(url), at, "failed", error=f"no answer ({reason})")
-    cut = len(body) > limit
-    body = body[:limit]
-    return MetricsPage(target.name, public_url(url), at, "ok", body.decode("utf-8", "replace"),
-                       len(body), cut)
+        answer = request("GET", public_url(url), timeout_s=timeout_s, headers=headers, limit=limit)
+    except NoAnswer as exc:
+        return MetricsPage(target.name, public_url(url), at, "failed", error=f"no answer ({exc})")
+    if not 200 <= answer.status < 300:
+        return MetricsPage(target.name, public_url(url), at, "failed", error=f"HTTP {answer.status}")
+    return MetricsPage(target.name, public_url(url), at, "ok", answer.body.decode("utf-8", "replace"),
+                       len(answer.body), answer.cut)
 
 
 class IncidentCapturer:
@@ -137,7 +131,7 @@ class IncidentCapturer:
         self._futures: list[Future[None]] = []
 
     def submit(self, trigger: Any) -> None:
-        """A trigger (`loadgen.watch.Trigger`: kind, at_ns, replica, detail, describe())."""
+        """A trigger (`loadgen.telemetry.watch.Trigger`: kind, at_ns, replica, detail, describe())."""
         rec = CaptureRecord(trigger.kind, trigger.at_ns, trigger.replica, trigger.describe(),
                             dict(trigger.detail))
         with self._lock:

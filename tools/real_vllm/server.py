@@ -14,11 +14,10 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infbench.http_client import NoAnswer, request
 from tools.real_vllm import install
 
 SERVED_NAME = "tiny-llama"
@@ -86,9 +85,9 @@ class VllmServer:
 
     def ready(self) -> bool:
         try:
-            with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as r:
-                return SERVED_NAME in json.loads(r.read()).get("data", [{}])[0].get("id", "")
-        except (OSError, ValueError, IndexError, urllib.error.URLError):
+            answer = request("GET", self.url + "/v1/models", timeout_s=2)
+            return SERVED_NAME in json.loads(answer.body).get("data", [{}])[0].get("id", "")
+        except (NoAnswer, ValueError, IndexError, AttributeError):
             return False
 
     def log_tail(self, n: int = 30) -> str:
