@@ -231,3 +231,22 @@ def test_a_compiled_request_rejoins_the_queue_at_its_arrival_not_behind_later_on
     sched = SimpleNamespace(policy="fcfs", waiting=deque([seq(2, preempted=1), seq(7), seq(9)]))
     requeue(sched, [seq(5), seq(11)])
     assert [s.seq_id for s in sched.waiting] == [2, 5, 7, 9, 11]
+
+
+@pytest.mark.parametrize(("step_s", "us_per_seq", "hidden"), [(0.012, 90.0, True),
+                                                               (0.0, 2500.0, False)])
+def test_an_executor_without_a_clock_waits_out_only_the_mask_the_forward_did_not_cover(
+        fake_executor: type, step_s: float, us_per_seq: float, hidden: bool) -> None:
+    config = EngineConfig(executor="sim", block_size=4, max_num_seqs=8, max_num_batched_tokens=64,
+                          max_model_len=1024, grammar_compile_base_ms=0.0,
+                          grammar_compile_ms_per_kib=0.0, grammar_mask_us_per_seq=us_per_seq)
+    eng = Engine(config, executor=fake_executor(block_size=4, num_blocks=1024, step_s=step_s))
+    cs = [add(eng, f"o{i}", schema(2), max_tokens=12, prompt=5 + i) for i in range(3)]
+    full = [r for r in run_until(eng, cs) if r["structured_seqs"] == 3]
+    assert full and all(r["grammar_mask_blocking"] is False for r in full)
+    if hidden:  # a 12 ms forward covers 0.27 ms of masks
+        assert all(r["grammar_mask_exposed_ms"] == 0.0 for r in full)
+    else:  # an instant forward covers nothing of 7.5 ms of masks: the step waits them out
+        # exposed = 7.5 ms less the forward's own (tiny) time; the step lasts at least 7.5 ms
+        assert all(0.0 < r["grammar_mask_exposed_ms"] <= 7.5 for r in full)
+        assert all((r["end"] - r["start"]) * 1e3 >= 7.5 - 1e-6 for r in full)
