@@ -85,7 +85,9 @@ class StructuredOutputs:
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, tuple[Piece, ...]] = OrderedDict()
         self._inflight: dict[str, list[Sequence]] = {}   # key -> requests waiting on it
-        self._ready: list[Sequence] = []                  # compiled, not yet queued
+        # compiled, not yet queued; the engine thread makes their matchers (the compile
+        # threads never touch `matchers`, which the engine thread iterates every step)
+        self._ready: list[tuple[Sequence, tuple[Piece, ...]]] = []
         self._done_ms: list[float] = []                   # compiles finished since the last step
         self.matchers: dict[int, tuple[Sequence, Matcher]] = {}
         self.compile_seconds = Histogram(
@@ -155,15 +157,16 @@ class StructuredOutputs:
                     self.evictions += 1
             for seq in self._inflight.pop(key):
                 if not seq.aborted and seq.status is SequenceStatus.WAITING:
-                    self.matchers[seq.seq_id] = (seq, Matcher(pieces))
-                    self._ready.append(seq)
+                    self._ready.append((seq, pieces))
         self._wake()
 
     def take_ready(self) -> list[Sequence]:
         """Requests whose grammar finished compiling, in arrival order."""
         with self._lock:
             ready, self._ready = self._ready, []
-        return sorted(ready, key=lambda s: s.seq_id)
+        for seq, pieces in ready:
+            self.matchers[seq.seq_id] = (seq, Matcher(pieces))
+        return sorted((seq for seq, _ in ready), key=lambda s: s.seq_id)
 
     def has_ready(self) -> bool:
         return bool(self._ready)
@@ -177,11 +180,12 @@ class StructuredOutputs:
     def abort(self, seq: Sequence) -> bool:
         """Cancel a request held for its compile; False if it is not held here."""
         with self._lock:
-            held = seq in self._ready or any(seq in v for v in self._inflight.values())
+            ready = [r for r in self._ready if r[0] is seq]
+            held = bool(ready) or any(seq in v for v in self._inflight.values())
             if not held:
                 return False
-            if seq in self._ready:
-                self._ready.remove(seq)
+            for r in ready:
+                self._ready.remove(r)
             for waiting in self._inflight.values():
                 if seq in waiting:
                     waiting.remove(seq)
@@ -267,7 +271,7 @@ class StructuredOutputs:
             if set(self._cache) & set(self._inflight):
                 raise InvariantError("a schema is both cached and compiling")
             held = [s.seq_id for v in self._inflight.values() for s in v]
-            held += [s.seq_id for s in self._ready]
+            held += [s.seq_id for s, _ in self._ready]
         if len(held) != len(set(held)):
             raise InvariantError("a request waits on two compiles")
         if set(held) & {s.seq_id for s in queued}:
