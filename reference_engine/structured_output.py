@@ -259,8 +259,9 @@ class StructuredOutputs:
 
     # ---- checking and exposition -----------------------------------------------------------
     def check_invariants(self, queued: list[Sequence]) -> None:
-        """Between steps: the cache within its bound, lookups all counted, no request both
-        held for a compile and queued, every matcher's sequence live."""
+        """Between steps: the cache within its bound and every compile either held or
+        evicted, no schema both cached and compiling, no request waiting on two compiles or
+        both held for a compile and queued, every matcher's sequence a structured one."""
         with self._lock:
             if len(self._cache) > max(self.cache_size, 0):
                 raise InvariantError(f"grammar cache holds {len(self._cache)} > "
