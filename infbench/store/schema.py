@@ -119,6 +119,10 @@ Version 16
     ``engine_steps`` gains the structured-output fields of the reference engine's step log
     (grammar compiles, cache lookups, token masks); see ``infbench.store.structured_schema``.
 
+Version 17
+    ``engine_steps`` gains speculative decoding's drafted and accepted tokens per step; see
+    ``infbench.store.specdec_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -138,6 +142,7 @@ from infbench.store.memory_schema import (
     MEMORY_SAMPLE_COLUMNS,
 )
 from infbench.store.prometheus_schema import PROMETHEUS_DDL, PROMETHEUS_MIGRATION_DESCRIPTION
+from infbench.store.specdec_schema import SPEC_MIGRATION_DESCRIPTION, SPEC_STEP_COLUMNS
 from infbench.store.structured_schema import (
     STRUCTURED_MIGRATION_DESCRIPTION,
     STRUCTURED_STEP_COLUMNS,
@@ -279,8 +284,10 @@ ENGINE_STEPS = Table(
         ("fault", "VARCHAR"),
         ("replica", "VARCHAR"),
         *STRUCTURED_STEP_COLUMNS,
+        *SPEC_STEP_COLUMNS,
     ),
-    added=(("replica", 8), *((name, 16) for name, _ in STRUCTURED_STEP_COLUMNS)),
+    added=(("replica", 8), *((name, 16) for name, _ in STRUCTURED_STEP_COLUMNS),
+           *((name, 17) for name, _ in SPEC_STEP_COLUMNS)),
 )
 
 CLIENT_SAMPLES = Table(
@@ -417,6 +424,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               MEMORY_SAMPLES.add_columns_ddl(14)),
     Migration(15, WATCH_MIGRATION_DESCRIPTION, WATCH_DDL),
     Migration(16, STRUCTURED_MIGRATION_DESCRIPTION, ENGINE_STEPS.add_columns_ddl(16)),
+    Migration(17, SPEC_MIGRATION_DESCRIPTION, ENGINE_STEPS.add_columns_ddl(17)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

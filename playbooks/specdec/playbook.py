@@ -19,7 +19,14 @@ from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.specdec.counters import SpecTotals, pick_source, spec_totals
 from playbooks.specdec.speedup import MIN_INTERVALS, bucket_label, speed_up, throughput_by_batch
 from playbooks.specdec.streams import client_steps
+from playbooks.sql import fetch_one
 
+STEP_LOG_SQL = """
+SELECT count(*) FILTER (WHERE spec_draft_tokens > 0) AS drafting_steps,
+       sum(spec_draft_tokens) AS draft_tokens, sum(spec_accepted_tokens) AS accepted_tokens
+FROM engine_steps
+WHERE run_id = $run_id AND spec_draft_tokens IS NOT NULL
+"""
 LOW_ACCEPTANCE = 0.3   # below this share of draft tokens accepted, most drafts are wasted work
 STEEP_DROP = 0.5       # a position accepted at less than half the rate of the one before
 
@@ -148,6 +155,19 @@ def _versus_baseline(con: duckdb.DuckDBPyConnection, run_id: str, source: str,
         scope={"batch_size_from": b}))
 
 
+def _step_log_evidence(con: duckdb.DuckDBPyConnection, run_id: str, finding: Finding) -> None:
+    # The bundled engine logs each step's drafted and accepted tokens: the same acceptance
+    # from the engine's own record (a step log restarted with its engine is read from where
+    # the scraper had got to, so a restart leaves its first steps out).
+    sql, (steps, drafted, accepted) = fetch_one(con, STEP_LOG_SQL, run_id=run_id)
+    if not drafted:
+        return
+    finding.evidence.append(Evidence(
+        "engine_step_log", {"drafting_steps": int(steps), "draft_tokens": int(drafted),
+                            "accepted_tokens": int(accepted),
+                            "acceptance_rate": _r(accepted / drafted)}, sql))
+
+
 def diagnose_specdec(con: duckdb.DuckDBPyConnection, run_ref: str,
                      options: SpecdecOptions | None = None) -> Diagnosis:
     opts = options or SpecdecOptions()
@@ -173,6 +193,7 @@ def diagnose_specdec(con: duckdb.DuckDBPyConnection, run_ref: str,
                 "stopped_at_eos_left_out": steps.stopped_at_eos, "requests": steps.finished},
             steps.sql, note="(output tokens - 1) / (content events - 1) over requests that "
                             "stopped at their length limit: a step cut at EOS is not a full step"))
+        _step_log_evidence(con, run.run_id, finding)
         diag.findings.append(finding)
     else:
         diag.notes.append("the counters exist but no draft was counted in the intervals kept")

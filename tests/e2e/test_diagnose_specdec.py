@@ -159,6 +159,11 @@ def test_the_batch_size_where_speculation_stops_paying(tmp_path: Path) -> None:
         con.close()
     (f,) = [f for f in diag.findings if f.verdict == "spec_costs_throughput"]
     found = f.scope["batch_size_from"]
+    # the engine's own step log, stored with the run, gives the counters' acceptance
+    acc = next(f for f in diag.findings if f.verdict in ("spec_acceptance", "spec_low_acceptance"))
+    counted = next(e.values for e in acc.evidence if e.name == "spec_decode_counters")
+    logged = next(e.values for e in acc.evidence if e.name == "engine_step_log")
+    assert logged["acceptance_rate"] == pytest.approx(counted["acceptance_rate"], rel=0.01)
     assert abs(found.bit_length() - truth_from.bit_length()) <= 1, (found, ratios)
 
 
