@@ -7,6 +7,7 @@ the same scheduler and block pool, so scheduling behaviour is identical under bo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -49,6 +50,13 @@ class StepBatch:
     start_time: float = field(default=0.0)
     # Seconds of grammar masks this step fills (structured_output.py); the sim prices it.
     grammar_mask_s: float = 0.0
+
+    def without_context(self) -> StepBatch:
+        """This batch with no work's `context`: what another process is sent (the context
+        is a reference to the engine's live token lists; pickled, every step would copy
+        every sequence's tokens)."""
+        return dataclasses.replace(self, seqs=[dataclasses.replace(w, context=None)
+                                               if w.context is not None else w for w in self.seqs])
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -145,9 +145,10 @@ class TPExecutor:
         if self._closing.is_set():
             raise ExecutorClosed("the tensor-parallel group is shut down")
         try:
+            sent = batch.without_context()
             for rank, conn in enumerate(self._pipes, start=1):
                 try:
-                    conn.send(("step", batch))
+                    conn.send(("step", sent))
                 except OSError as exc:
                     raise CollectiveError(f"rank {rank} is gone ({exc})") from exc
             self.comm.begin_step(batch.step_id)
