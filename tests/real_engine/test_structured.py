@@ -16,7 +16,7 @@ from tests.real_engine.conftest import infbench, ok
 from tools.real_vllm import install
 from tools.real_vllm.server import VllmServer
 
-SCHEMAS, FIELDS = 8, 200  # ~12 KB schemas: xgrammar takes ~100 ms each on this CPU
+SCHEMAS, FIELDS = 8, 200  # 12 KiB schemas: the largest of benchmarks/results/xgrammar_compile.md
 XGRAMMAR_TIMING = """
 import json, sys, time
 import xgrammar as xgr
