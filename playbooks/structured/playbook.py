@@ -61,7 +61,8 @@ def diagnose_structured(con: duckdb.DuckDBPyConnection, run_ref: str,
                          "structured workload's requests, labelled by schema")
     reqs = load_requests(con, run.run_id)
     steps = load_steps(con, run.run_id)
-    sizes = schema_sizes(workload)
+    listed = schema_sizes(workload)
+    sizes = {key: listed[label] for key, label in reqs.label_of.items() if label in listed}
     diag = Diagnosis("structured", run.run_id,
                      {"requests": bool(reqs.schemas_seen), "engine_steps": steps is not None})
     extra = reqs.extra_ms()

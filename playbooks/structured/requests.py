@@ -8,6 +8,9 @@ first was still waiting for its first token may have waited on the same compile 
 so they are counted apart from both. Works for any engine: it needs only the requests and
 their labels (the structured workload labels each request with its schema).
 
+Each replica of a fleet run compiles for itself, so a schema's first request is counted per
+replica (the key `label@replica`).
+
 The run's opening burst is set apart: the requests sent before the run's first token (a
 closed loop's whole first wave) all wait for the first prefills together, so a first request
 among them is slow whether or not it compiled. Neither its first requests nor its others
@@ -29,23 +32,23 @@ from playbooks.sql import fetch
 # whether it went out in the run's opening burst (before the run's first token).
 REQUESTS_SQL = """
 WITH r AS (
-  SELECT request_idx, label, send_ns, first_content_ns,
+  SELECT request_idx, label, coalesce(replica, '') AS replica, send_ns, first_content_ns,
          (first_content_ns - send_ns) / 1e6 AS ttft_ms,
          send_ns < min(first_content_ns) OVER () AS opening_burst
   FROM requests
   WHERE run_id = $run_id AND error_class IS NULL AND first_content_ns IS NOT NULL
     AND label IS NOT NULL
 ), firsts AS (
-  SELECT label, arg_min(request_idx, send_ns) AS first_idx,
+  SELECT label, replica, arg_min(request_idx, send_ns) AS first_idx,
          arg_min(first_content_ns, send_ns) AS first_token_ns
-  FROM r GROUP BY label
+  FROM r GROUP BY label, replica
 )
-SELECT r.label, r.request_idx, r.send_ns, r.ttft_ms,
+SELECT r.label, r.replica, r.request_idx, r.send_ns, r.ttft_ms,
        CASE WHEN r.request_idx = f.first_idx THEN 'first'
             WHEN r.send_ns < f.first_token_ns THEN 'joined'
             ELSE 'later' END AS kind,
        r.opening_burst
-FROM r JOIN firsts f USING (label)
+FROM r JOIN firsts f USING (label, replica)
 ORDER BY r.send_ns
 """
 
@@ -62,6 +65,7 @@ class SchemaRequests:
     cold_requests: list[int] = field(default_factory=list)  # request_idx of first and joined
     burst_schemas: list[str] = field(default_factory=list)  # first request in the opening burst
     burst_ttft: list[float] = field(default_factory=list)   # TTFT of every burst request
+    label_of: dict[str, str] = field(default_factory=dict)  # key (label@replica) -> label
 
     @property
     def schemas_seen(self) -> int:
@@ -93,7 +97,10 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
     cold: list[int] = []
     burst: list[str] = []
     burst_ttft: list[float] = []
-    for label, idx, _send, ttft, kind, in_burst in rows:
+    label_of: dict[str, str] = {}
+    for schema, replica, idx, _send, ttft, kind, in_burst in rows:
+        label = f"{schema}@{replica}" if replica else schema
+        label_of[label] = schema
         if kind != "later":
             cold.append(int(idx))
         if in_burst:
@@ -107,7 +114,7 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
         elif kind == "joined":
             joined[label] = joined.get(label, 0) + 1
     return SchemaRequests(sql, {k: np.asarray(v, dtype=float) for k, v in kinds.items()},
-                          first, joined, cold, burst, burst_ttft)
+                          first, joined, cold, burst, burst_ttft, label_of)
 
 
 def schema_sizes(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -243,3 +243,25 @@ def test_with_every_first_request_in_the_burst_the_step_log_still_names_the_stal
     assert ("held only the requests waiting" in f.summary) == (not idle)
     assert f.evidence[0].values["compiles"] == 3
     assert f.evidence[0].values["ms_per_compile"] == pytest.approx(65.17, abs=0.01)
+
+
+def test_in_a_fleet_each_replica_compiles_for_itself(tmp_path: Path) -> None:
+    # two replicas, 5 schemas: each replica's first request of a schema waits 70 ms; a schema's
+    # first request on replica b is as cold as on a, not a "later" one
+    rng = np.random.default_rng(41)
+    rows = []
+    for replica, offset in (("a", 0.0), ("b", 17.0)):
+        for label, send, ttft in workload_run(rng, 5, 9, 20.0, {f"schema-{i:03d}": 70.0 for i in range(5)},
+                                              gap_ms=300.0):
+            rows.append((label, send + offset, ttft, replica))
+    con = store(tmp_path, [])
+    for i, (label, send, ttft, replica) in enumerate(sorted(rows, key=lambda r: r[1])):
+        con.execute("INSERT INTO requests (run_id, request_idx, label, phase, send_ns, "
+                    "first_content_ns, replica) VALUES ('r', ?, ?, 'measure', ?, ?, ?)",
+                    [i, label, int(send * MS), int((send + ttft) * MS), replica])
+    d = diagnose_structured(con, "r")
+    ev = next(e.values for e in finding(d, "grammar_compile_stall").evidence
+              if e.name == "first_vs_later")
+    assert ev["schemas"] + ev["schemas_in_opening_burst"] == 10  # 5 schemas x 2 replicas
+    assert ev["extra_ms_per_cold_schema_median"] == pytest.approx(70.0, abs=5)
+    assert ev["warm_ttft_p95_ms"] < 30  # no replica's cold first request counted as warm
