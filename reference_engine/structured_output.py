@@ -16,7 +16,8 @@ grammar backends, with their semantics:
   (bounded by `VLLM_XGRAMMAR_CACHE_MB`, 512 MB by default); the key here is a hash of the
   same text (key order as sent), so a schema sent again hits and one with its keys
   reordered misses, as there. The bound is `grammar_cache_size` compiled grammars, least
-  recently used evicted, evictions counted; 0 turns the cache off (every request compiles).
+  recently used evicted, evictions counted; 0 turns the cache off (every request compiles,
+  but one that arrives while its schema is compiling waits on that compile).
 - **A cold compile costs more for a larger schema:** `grammar_compile_base_ms` +
   `grammar_compile_ms_per_kib` x the schema text's KiB, waited out in the compile thread.
 - **The mask is built every step for every structured sequence that samples** (a bitmap
