@@ -28,6 +28,7 @@ class AdmissionError(ValueError):
 
 
 _RUNNING = SequenceStatus.RUNNING
+_NO_DRAFTS: list[int] = []  # shared, never mutated: no allocation per decode without speculation
 
 
 @dataclass
@@ -142,9 +143,9 @@ class Scheduler:
             toks = seq.token_ids
             # Drafts need KV slots beyond the one token; with the pool too dry for them the
             # sequence decodes one token rather than preempting anyone.
-            drafts = self.spec.propose(seq, budget) if self.spec is not None else []
+            drafts = self.spec.propose(seq, budget) if self.spec is not None else _NO_DRAFTS
             if drafts and not self.kv.try_grow(seq, 1 + len(drafts)):
-                drafts = []
+                drafts = _NO_DRAFTS
             if computed >= len(seq.block_table) * bs:  # its last block is full
                 while not self.kv.try_grow(seq, 1):
                     victim = self._newest_unscheduled(scheduled)
@@ -156,8 +157,9 @@ class Scheduler:
                     continue
             scheduled.append((seq, 1 + len(drafts)))
             # The decode's work is built here: one pass over 256 sequences, not two.
-            works.append(SeqWork(seq.seq_id, toks[-1:] + drafts, computed, seq.block_table, True,
-                                 seq.params, len(toks) - seq.num_prompt_tokens, toks, len(drafts)))
+            works.append(SeqWork(seq.seq_id, toks[-1:] + drafts if drafts else toks[-1:], computed,
+                                 seq.block_table, True, seq.params,
+                                 len(toks) - seq.num_prompt_tokens, toks, len(drafts)))
             budget -= 1 + len(drafts)
         num_decodes = len(scheduled)
 
