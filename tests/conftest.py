@@ -4,14 +4,30 @@ Property tests run derandomized by default: the same examples on every machine, 
 verdict does not depend on which random examples a run drew. To search for new failing
 examples, run with `HYPOTHESIS_PROFILE=explore` (random, 10x the examples); add what it finds
 as an `@example` so the default run keeps checking it.
+
+Tiers: `python -m pytest -m "not slow"` is the quick loop (unit tests, the code checks);
+every test that starts processes (tests/e2e, tests/real_engine) or times rank groups
+(`serial`) is also `slow`, added here so no file can forget it. CI runs all of them.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("default", derandomize=True, database=None)
 settings.register_profile("explore", max_examples=1000, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+_SLOW_DIRS = tuple(Path(__file__).parent / d for d in ("e2e", "real_engine"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        if any(d in path.parents for d in _SLOW_DIRS) or item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.slow)
