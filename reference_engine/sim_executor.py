@@ -85,10 +85,17 @@ class SimExecutor:
     eos_token_id = EOS_ID
 
     def __init__(self, config: EngineConfig, device_factor: float = 1.0,
-                 collective_factor: float = 1.0, device: SimDevice | None = None) -> None:
+                 collective_factor: float = 1.0, device: SimDevice | None = None,
+                 *, prefill_factor: float = 1.0) -> None:
         """device_factor > 1 derates HBM bandwidth (slow-device fault); collective_factor > 1
         slows the TP all-reduce (slow-collective fault); `device` carries the GPU faults
-        (throttle: compute at the clock ratio; pcie: host<->device copies at the link)."""
+        (throttle: compute at the clock ratio; pcie: host<->device copies at the link).
+        prefill_factor misprices prefill for the calibration test (docs/sim_calibration.md):
+        what a step's prefill chunks add to its roofline time is multiplied by it; no fault
+        or engine option sets it."""
+        if prefill_factor <= 0:
+            raise ConfigError(f"prefill_factor must be > 0, got {prefill_factor}")
+        self.prefill_factor = prefill_factor
         self.model = get_model(config.model)
         self.gpu = get_gpu(config.gpu)
         self.tp = config.tensor_parallel_size
@@ -173,13 +180,21 @@ class SimExecutor:
                        kv_format=self.kv_format, prefill_chunks=prefill, decode_contexts=decode,
                        bandwidth_fraction=self.bandwidth_fraction,
                        flops_fraction=self.flops_fraction)
+        prefill_s = 0.0
+        if prefill and self.prefill_factor != 1.0:
+            # The prefill's share: the step's time less that of its decodes alone.
+            alone = step_time(self.model, self.gpu, tp=self.tp, weight_format=self.weight_format,
+                              kv_format=self.kv_format, decode_contexts=decode,
+                              bandwidth_fraction=self.bandwidth_fraction,
+                              flops_fraction=self.flops_fraction).seconds
+            prefill_s = (self.prefill_factor - 1.0) * (bd.seconds - alone)
         # A slow link stretches only the step's TP all-reduces (comm_s is 0 at tp=1).
         # The step's inputs go up and its sampled tokens come down before the next step can
         # be built: serial with the compute. A link trained low adds its slower transfer.
         pcie_s = self.device.extra_transfer_s(pcie_bytes) if self.device is not None else 0.0
         draft_s = self.draft_s if self.draft_s and any(w.num_draft_tokens for w in batch.seqs) else 0.0
         device = (bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
-                  + self.kernel_floor_s + pcie_s + draft_s)
+                  + self.kernel_floor_s + pcie_s + draft_s + prefill_s)
         # What the step was made of, for the synthetic profiler trace (profiling.py).
         self.last_parts = {"breakdown": bd, "launch_s": launch, "device_s": device,
                            "graph": bool(decode and not prefill and launch != self.eager_s),
@@ -223,7 +238,7 @@ class SimExecutor:
             time.sleep(0)  # releases the GIL, so the server threads keep running
         late = now - deadline
         self.carry_s = min(late, MAX_CATCH_UP_S)
-        return out
+        return out  # type: ignore[return-value]  # a work with drafts gets a list, as Executor.execute says
 
     def _sample(self, batch: StepBatch) -> dict[int, int | list[int]]:
         # Copying from the context and verifying drafts: each token is the one greedy

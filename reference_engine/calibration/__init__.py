@@ -16,6 +16,7 @@ from typing import Any
 
 from reference_engine.closed_loop import ClosedLoopResult, run_closed_loop
 from reference_engine.config import EngineConfig
+from reference_engine.sim_executor import SimExecutor
 
 TABLE = Path(__file__).with_name("published_sweeps.toml")
 PROMPTS_PER_CONCURRENCY = 4  # where a source does not publish its request count
@@ -48,18 +49,21 @@ def engine_config(sweep: dict[str, Any]) -> EngineConfig:
         max_model_len=sweep["input_len"] + sweep["output_len"], enable_prefix_caching=False)
 
 
-def replay(sweep: dict[str, Any]) -> dict[int, ClosedLoopResult]:
+def replay(sweep: dict[str, Any], prefill_factor: float = 1.0) -> dict[int, ClosedLoopResult]:
+    """The sweep's closed loops; `prefill_factor` != 1 misprices prefill (the test's check
+    that the table can tell)."""
     config = engine_config(sweep)
     per = sweep.get("num_prompts_per_concurrency", PROMPTS_PER_CONCURRENCY)
     levels = sorted({r["concurrency"] for r in sweep["row"]}
                     | {r["throughput_ratio_to"] for r in sweep["row"] if "throughput_ratio_to" in r})
     return {c: run_closed_loop(config, sweep["input_len"], sweep["output_len"], c,
-                               max(c * per, MIN_PROMPTS if per == PROMPTS_PER_CONCURRENCY else 1))
+                               max(c * per, MIN_PROMPTS if per == PROMPTS_PER_CONCURRENCY else 1),
+                               executor=SimExecutor(config, prefill_factor=prefill_factor))
             for c in levels}
 
 
-def compare(sweep: dict[str, Any]) -> list[Comparison]:
-    sim = replay(sweep)
+def compare(sweep: dict[str, Any], prefill_factor: float = 1.0) -> list[Comparison]:
+    sim = replay(sweep, prefill_factor)
     mean = sweep["tpot_stat"] == "mean"
     out: list[Comparison] = []
     for row in sweep["row"]:
@@ -75,3 +79,13 @@ def compare(sweep: dict[str, Any]) -> list[Comparison]:
             out.append(Comparison(sweep["name"], c, "throughput_ratio", row["throughput_ratio"],
                                   got.output_throughput / base))
     return out
+
+
+def coverage(sweeps: list[dict[str, Any]]) -> dict[tuple[str, str], list[int]]:
+    """Per (model, GPU), the concurrencies at which some published figure is checked."""
+    checked = {"tpot_ms", "output_throughput", "throughput_ratio"}
+    out: dict[tuple[str, str], set[int]] = {}
+    for s in sweeps:
+        levels = out.setdefault((s["model"], s["gpu"]), set())
+        levels.update(r["concurrency"] for r in s["row"] if checked & r.keys())
+    return {k: sorted(v) for k, v in out.items()}

@@ -56,6 +56,26 @@ def test_tensor_parallel_steps_pay_a_floor_for_their_all_reduce_kernels_too() ->
     assert two.kernel_floor_s == pytest.approx(one.kernel_floor_s * 14 / 12)
 
 
+@pytest.mark.parametrize("factor", [1.2, 1 / 1.2, 3.0])
+def test_prefill_factor_scales_only_what_the_prefill_chunks_add(factor: float) -> None:
+    # The calibration test's mispriced prefill: a prefill-only step scales whole, a mixed
+    # step by its prefill's share (the step less its decodes alone), a decode step not at all.
+    cfg = EngineConfig(gpu="H100-SXM", num_gpu_blocks=400, step_overhead_ms=0.3)
+    right, wrong = SimExecutor(cfg), SimExecutor(cfg, prefill_factor=factor)
+    prefill = StepBatch(1, [work(0, 1500, 500, 0)])
+    roof = step_time(right.model, right.gpu, prefill_chunks=[(1500, 500)]).seconds
+    assert wrong.predict(prefill) - right.predict(prefill) == pytest.approx((factor - 1) * roof)
+    mixed = StepBatch(2, [work(1, 1, 900, 4), work(2, 1, 3000, 9), work(3, 700, 0, 0, sample=False)])
+    alone = step_time(right.model, right.gpu, decode_contexts=[901, 3001]).seconds
+    both = step_time(right.model, right.gpu, prefill_chunks=[(700, 0)],
+                     decode_contexts=[901, 3001]).seconds
+    assert wrong.predict(mixed) - right.predict(mixed) == pytest.approx((factor - 1) * (both - alone))
+    decode = StepBatch(3, [work(1, 1, 901, 5), work(2, 1, 3001, 10)])
+    assert wrong.predict(decode) == right.predict(decode)
+    with pytest.raises(ConfigError, match="prefill_factor"):
+        SimExecutor(cfg, prefill_factor=0.0)
+
+
 def test_execute_waits_until_the_deadline_from_the_step_start(
         monkeypatch: pytest.MonkeyPatch) -> None:
     ex = SimExecutor(EngineConfig(num_gpu_blocks=100))
