@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import codecs
-import contextlib
 import json
 import os
 import resource
@@ -34,13 +33,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import duckdb
 import numpy as np
 from machine_info import describe
+from neighbour import busy_neighbour
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -364,18 +363,6 @@ def watch_overhead(streams: int, tokens: int, per_stream: int, rounds: int = 8) 
                f"(min {min(ratios):.3f}, max {max(ratios):.3f}); median CPU-seconds ratio "
                f"{np.median(cpu):.3f}.\n")
     return out
-
-
-@contextlib.contextmanager
-def busy_neighbour(on: bool) -> Iterator[None]:
-    """A busy-loop process beside the run (ours, killed after), as on a shared CI runner."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
-    try:
-        yield
-    finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
 
 
 def _spread_ms(times: np.ndarray) -> np.ndarray:

@@ -20,10 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from machine_info import describe
+from neighbour import busy_neighbour
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -88,17 +88,6 @@ CASES: dict[str, tuple[list[str], set[str], list[tuple[str, ...]] | None]] = {
 }
 
 
-@contextlib.contextmanager
-def neighbour(on: bool) -> Iterator[None]:
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
-    try:
-        yield
-    finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-
-
 def infbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "infbench", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
@@ -107,7 +96,7 @@ def infbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[st
 def one(name: str, args: list[str], fleet: list[tuple[str, ...]] | None, db: Path) -> dict:
     t = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(neighbour("busy" in name))
+        stack.enter_context(busy_neighbour("busy" in name))
         urls: list[str] = []
         for i, flags in enumerate(fleet or []):
             e = stack.enter_context(running_engine(*flags))

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from tests.e2e.engine_process import running_engine
-from tests.support.cli import infbench
+from tests.support.cli import closed_loop, infbench
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -32,18 +32,13 @@ def _triage(db: Path, *extra: str) -> tuple[int, dict]:
     return r.returncode, json.loads(r.stdout)
 
 
-def _closed(n: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
-    return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(n),
-            "--input-tokens", inp, "--output-tokens", out)
-
-
 def _head(doc: dict) -> dict:
     return doc["context"]["headline"]
 
 
 def test_periodic_stall_is_the_headline_with_its_share_of_the_tail(tmp_path: Path) -> None:
     db = tmp_path / "p.duckdb"
-    _run(db, *_closed(90, 5, "uniform:300:2400", "uniform:25:80"),
+    _run(db, *closed_loop(90, 5, "uniform:300:2400", "uniform:25:80"),
          engine=("--fault", "periodic-stall:every_s=0.8,duration_ms=120"))
     rc, doc = _triage(db)
     head = _head(doc)
@@ -56,7 +51,7 @@ def test_periodic_stall_is_the_headline_with_its_share_of_the_tail(tmp_path: Pat
 
 def test_hung_engine_is_engine_stopped_with_the_stacks_the_live_watch_took(tmp_path: Path) -> None:
     db = tmp_path / "hw.duckdb"
-    _run(db, *_closed(14, 5, "uniform:50:110", "70"), "--timeout", "4",
+    _run(db, *closed_loop(14, 5, "uniform:50:110", "70"), "--timeout", "4",
          engine=("--fault", "hang:at_step=120"), expect_rc=1)
     rc, doc = _triage(db)
     head = _head(doc)
@@ -74,7 +69,7 @@ def test_hung_engine_is_engine_stopped_with_the_stacks_the_live_watch_took(tmp_p
 
 def test_hung_engine_without_the_watch_names_the_missing_capture(tmp_path: Path) -> None:
     db = tmp_path / "h.duckdb"
-    _run(db, *_closed(10, 4, "uniform:70:130", "90"), "--timeout", "3", "--no-watch",
+    _run(db, *closed_loop(10, 4, "uniform:70:130", "90"), "--timeout", "3", "--no-watch",
          engine=("--fault", "hang:at_step=150"), expect_rc=1)
     rc, doc = _triage(db)
     head = _head(doc)
@@ -94,7 +89,7 @@ def test_hung_engine_without_the_watch_names_the_missing_capture(tmp_path: Path)
 def test_memory_growth_is_the_headline(tmp_path: Path) -> None:
     db = tmp_path / "m.duckdb"
     with running_engine("--fault", "memory-growth:bytes_per_request=1618033") as engine:
-        _run(db, *_closed(220, 12, "72", "28"), url=engine.url)
+        _run(db, *closed_loop(220, 12, "72", "28"), url=engine.url)
     rc, doc = _triage(db)
     assert rc == 1 and _head(doc)["verdict"] == "memory_growth_per_request", _head(doc)
     assert "memory" in doc["context"]["playbooks_run"]
@@ -121,7 +116,7 @@ def test_healthy_run_is_no_problem_found_with_exit_0(tmp_path: Path, neighbour: 
     db = tmp_path / "c.duckdb"
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if neighbour else None
     try:
-        _run(db, *_closed(70, 6, "uniform:90:260", "uniform:50:120"))
+        _run(db, *closed_loop(70, 6, "uniform:90:260", "uniform:50:120"))
     finally:
         if busy is not None:
             busy.kill()
@@ -139,7 +134,7 @@ def test_healthy_run_is_no_problem_found_with_exit_0(tmp_path: Path, neighbour: 
 
 def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     db = tmp_path / "e.duckdb"
-    _run(db, *_closed(8, 2, "64", "8"))
+    _run(db, *closed_loop(8, 2, "64", "8"))
     for args, words in ((["nosuchrun"], "nosuchrun"), (["last", "--min-stall", "-1"], "min_stall_ms")):
         r = infbench("diagnose", *args, "--db", str(db))
         err = r.stderr.strip()
@@ -166,7 +161,7 @@ def test_throttled_replica_in_a_fleet_is_the_headline(tmp_path: Path) -> None:
 
 def test_a_batch_cap_below_the_load_is_found_by_the_config_playbook(tmp_path: Path) -> None:
     db = tmp_path / "cap.duckdb"
-    _run(db, *_closed(30, 8, "uniform:90:280", "55"), engine=("--max-num-seqs", "3"))
+    _run(db, *closed_loop(30, 8, "uniform:90:280", "55"), engine=("--max-num-seqs", "3"))
     rc, doc = _triage(db)
     assert rc == 1 and "config" in doc["context"]["playbooks_run"], doc["context"]["playbooks_run"]
     cap = next(f for f in doc["findings"] if f["verdict"] == "batch_capped_by_max_num_seqs")
@@ -182,7 +177,7 @@ def test_a_slow_device_is_named_by_its_bandwidth(tmp_path: Path) -> None:
     # 1.7x slower than its datasheet: the mbu playbook's low decode MBU or the stalls
     # playbook's uniform slowdown against the roofline, never a stall or "no problem".
     db = tmp_path / "sd.duckdb"
-    _run(db, *_closed(26, 6, "uniform:110:250", "95"), engine=("--fault", "slow-device:factor=1.7"))
+    _run(db, *closed_loop(26, 6, "uniform:110:250", "95"), engine=("--fault", "slow-device:factor=1.7"))
     rc, doc = _triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] in ("decode_mbu", "uniform_slowdown"), head

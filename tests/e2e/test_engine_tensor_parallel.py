@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.engine_process import EngineProcess, launch, stop
-from tests.support.cli import infbench
+from tests.support.cli import closed_loop, infbench
 
 # Rank groups timed against each other: beside other xdist workers their timings are the
 # neighbours' (a 3x slow link measured 1.4x, a probe's verdict "cannot tell"), so this
@@ -168,11 +168,6 @@ def _quiet(fn: Any, *args: Any, **kw: Any) -> None:
 # `infbench diagnose RUN` on the multi-rank engine: here, one after another with the file's
 # other rank groups, rather than in a third file adding gloo rank groups beside them (a link
 # probe's verdict beside them became "cannot tell" in a CI-like round).
-def _closed(n: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
-    return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(n),
-            "--input-tokens", inp, "--output-tokens", out)
-
-
 def _triage(db: Path) -> tuple[int, dict]:
     r = infbench("diagnose", "last", "--db", str(db), "--json", timeout=180)
     assert r.returncode in (0, 1), r.stderr[-2000:]
@@ -194,7 +189,7 @@ def test_hang_on_a_rank_names_the_rank_as_the_cause_of_the_stop(tmp_path: Path) 
     engine = [f"--engine-arg={a}" for a in (
         "--executor", "torch", "--tensor-parallel-size", "2", "--dump-dir", str(dumps),
         "--collective-timeout-s", "4", "--fault", "hang:rank=1,at_step=33")]
-    r = infbench("run", "--db", str(db), "--quiet", *_closed(9, 3, "28", "20"), "--timeout", "12",
+    r = infbench("run", "--db", str(db), "--quiet", *closed_loop(9, 3, "28", "20"), "--timeout", "12",
                  *engine, timeout=400)
     assert r.returncode == 1, r.stderr[-2000:]
     rc, doc = _triage(db)
@@ -217,7 +212,7 @@ def test_slow_link_measured_on_the_hosts_is_the_cause_of_the_pauses(tmp_path: Pa
     db = tmp_path / "sl.duckdb"
     engine = [f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
                                              "--fault", "slow-link:rank=1,factor=4")]
-    r = infbench("run", "--db", str(db), "--quiet", *_closed(7, 2, "26", "36"), *engine, timeout=400)
+    r = infbench("run", "--db", str(db), "--quiet", *closed_loop(7, 2, "26", "36"), *engine, timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
     r = infbench("probe", "links", "--ranks", "4", "--sizes", "64K,256K", "--repeats", "2", "--iters", "4",
                  "--warmup", "1", "--inject", "slow-link:rank=1,factor=6", "--run", "last", "--db", str(db),

@@ -11,11 +11,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from tests.support.cli import ROOT, cli_env, infbench
 from tests.support.process import sse_server
+from tests.support.store_rows import store_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -32,14 +32,6 @@ def _run_json(url: str, db: Path, *args: str) -> dict:
     return json.loads(r.stdout)
 
 
-def _rows(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 @pytest.mark.parametrize(
     ("arrival", "extra"),
     [
@@ -54,14 +46,14 @@ def test_arrival_kinds(server: str, tmp_path: Path, arrival: str, extra: list[st
     assert s["completed"] == 12 and s["failed"] == 0
     assert s["mean_ttft_ms"] >= 5.0  # the server waits 5 ms before the first token
     assert s["output_tokens_source"] == {"usage": 12, "counted": 0}
-    cfg = json.loads(_rows(tmp_path / "a.duckdb", "SELECT config FROM runs")[0][0])
+    cfg = json.loads(store_rows(tmp_path / "a.duckdb", "SELECT config FROM runs")[0][0])
     assert cfg["arrivals"]["kind"] == arrival
 
 
 def test_constant_rate_is_kept(server: str, tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     _run_json(server, db, "--arrival", "constant", "--rate", "20", "--num-requests", "10", "--output-tokens", "4")
-    sends = [r[0] for r in _rows(db, "SELECT intended_send_ns FROM requests ORDER BY request_idx")]
+    sends = [r[0] for r in store_rows(db, "SELECT intended_send_ns FROM requests ORDER BY request_idx")]
     gaps = {round((b - a) / 1e6) for a, b in zip(sends, sends[1:], strict=False)}
     assert gaps == {50}
 
@@ -88,7 +80,7 @@ def test_multiturn_history_grows(server: str, tmp_path: Path) -> None:
                   "--arrival", "closed", "--concurrency", "2", "--num-requests", "6",
                   "--input-tokens", "20", "--output-tokens", "5")
     assert s["completed"] == 6
-    rows = _rows(db, "SELECT conversation_id, turn, prompt_tokens FROM requests ORDER BY conversation_id, turn")
+    rows = store_rows(db, "SELECT conversation_id, turn, prompt_tokens FROM requests ORDER BY conversation_id, turn")
     by_conv: dict[int, list[int]] = {}
     for conv, turn, ptoks in rows:
         by_conv.setdefault(conv, []).append(ptoks)
@@ -107,8 +99,8 @@ def test_sharegpt_dataset(server: str, tmp_path: Path) -> None:
     s = _run_json(server, db, "--workload", "sharegpt", "--dataset", str(path), "--arrival", "closed",
                   "--num-requests", "5")
     assert s["completed"] == 5
-    assert sorted(r[0] for r in _rows(db, "SELECT max_tokens FROM requests")) == sorted(
-        {r[0] for r in _rows(db, "SELECT max_tokens FROM requests")})
+    assert sorted(r[0] for r in store_rows(db, "SELECT max_tokens FROM requests")) == sorted(
+        {r[0] for r in store_rows(db, "SELECT max_tokens FROM requests")})
 
 
 def test_azure_trace_replay_with_time_scale(server: str, tmp_path: Path) -> None:
@@ -120,7 +112,7 @@ def test_azure_trace_replay_with_time_scale(server: str, tmp_path: Path) -> None
     s = _run_json(server, db, "--workload", "trace", "--trace", str(path), "--time-scale", "0.5",
                   "--trace-end", "1.0")
     assert s["completed"] == 3  # the fourth row is outside the slice
-    rows = _rows(db, "SELECT intended_send_ns, max_tokens FROM requests ORDER BY request_idx")
+    rows = store_rows(db, "SELECT intended_send_ns, max_tokens FROM requests ORDER BY request_idx")
     assert [r[1] for r in rows] == [5, 7, 3]
     assert [round(r[0] / 1e6) for r in rows] == [0, 100, 300]
 
@@ -134,14 +126,14 @@ def test_mooncake_trace_replay(server: str, tmp_path: Path) -> None:
     db = tmp_path / "mc.duckdb"
     s = _run_json(server, db, "--workload", "trace", "--trace", str(path))
     assert s["completed"] == 2
-    assert [round(r[0] / 1e6) for r in _rows(db, "SELECT intended_send_ns FROM requests ORDER BY 1")] == [0, 50]
+    assert [round(r[0] / 1e6) for r in store_rows(db, "SELECT intended_send_ns FROM requests ORDER BY 1")] == [0, 50]
 
 
 def test_warmup_and_cooldown_are_stored_but_excluded(server: str, tmp_path: Path) -> None:
     db = tmp_path / "wc.duckdb"
     s = _run_json(server, db, "--arrival", "constant", "--rate", "20", "--duration", "2",
                   "--warmup", "0.5", "--cooldown", "0.5", "--output-tokens", "4")
-    phases = dict(_rows(db, "SELECT phase, count(*) FROM requests GROUP BY 1"))
+    phases = dict(store_rows(db, "SELECT phase, count(*) FROM requests GROUP BY 1"))
     assert phases["warmup"] == 10 and phases["cooldown"] >= 9
     assert s["num_prompts"] == phases["measure"]
     assert s["excluded_warmup_cooldown"] == phases["warmup"] + phases["cooldown"]
@@ -187,7 +179,7 @@ def test_api_key_is_never_stored_or_printed(tmp_path: Path) -> None:
     blobs += [p.read_bytes() for p in (tmp_path / "exp").iterdir()]
     for blob in blobs:
         assert secret.encode() not in blob
-    assert json.loads(_rows(db, "SELECT config FROM runs")[0][0])["target"]["api_key_set"] is True
+    assert json.loads(store_rows(db, "SELECT config FROM runs")[0][0])["target"]["api_key_set"] is True
 
 
 def test_errors_and_malformed_streams_are_classified_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -199,14 +191,14 @@ def test_errors_and_malformed_streams_are_classified_and_the_run_goes_on(tmp_pat
     assert r.returncode == 1, r.stderr
     s = json.loads(r.stdout)
     assert s["status"] == "completed_with_errors"
-    status, reason = _rows(db, "SELECT status, status_reason FROM runs")[0]
+    status, reason = store_rows(db, "SELECT status, status_reason FROM runs")[0]
     assert status == "completed_with_errors"
     assert f"{s['failed']} of 60 requests failed" in reason
     assert all(f"{n} {k}" in reason for k, n in s["errors"].items())
     assert {"http_500", "malformed_sse", "truncated_sse", "invalid_utf8", "connection_reset",
             "server_error", "http_429", "timeout"} <= set(s["errors"])
     assert s["completed"] + s["failed"] == 60 and s["completed"] >= 15
-    msgs = _rows(db, "SELECT error_class, error_message FROM requests WHERE error_class IS NOT NULL")
+    msgs = store_rows(db, "SELECT error_class, error_message FROM requests WHERE error_class IS NOT NULL")
     assert all(m for _, m in msgs)
 
 
@@ -222,7 +214,7 @@ def test_max_error_rate_decides_the_exit_code_not_the_status(
     s = json.loads(r.stdout)
     rate = s["errors"]["http_500"] / 24
     assert abs(rate - 1 / every) <= 1 / 24 and s["error_rate"] == rate
-    assert _rows(db, "SELECT status FROM runs")[0][0] == "completed_with_errors"
+    assert store_rows(db, "SELECT status FROM runs")[0][0] == "completed_with_errors"
 
 
 def test_bad_max_error_rate_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -254,11 +246,11 @@ def test_sigint_keeps_rows_and_marks_run_interrupted(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
-    status, reason = _rows(db, "SELECT status, status_reason FROM runs")[0]
+    status, reason = store_rows(db, "SELECT status, status_reason FROM runs")[0]
     assert status == "interrupted" and "SIGINT" in reason
-    n_req, n_cancelled = _rows(db, "SELECT count(*), count(*) FILTER (WHERE error_class = 'cancelled') FROM requests")[0]
+    n_req, n_cancelled = store_rows(db, "SELECT count(*), count(*) FILTER (WHERE error_class = 'cancelled') FROM requests")[0]
     assert n_req > 4 and n_cancelled >= 1
-    partial = _rows(db, "SELECT count(*) FROM chunks c JOIN requests r USING (run_id, request_idx) "
+    partial = store_rows(db, "SELECT count(*) FROM chunks c JOIN requests r USING (run_id, request_idx) "
                         "WHERE r.error_class = 'cancelled'")[0][0]
     assert partial > 0  # chunks of the requests cut short are kept too
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from tests.support.cli import infbench
+from tests.support.cli import closed_loop, infbench
+from tests.support.store_rows import store_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -23,24 +23,11 @@ def _run(db: Path, *args: str, engine: tuple[str, ...] = (), rc: tuple[int, ...]
     return json.loads(r.stdout)
 
 
-def _closed(n: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
-    return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(n),
-            "--input-tokens", inp, "--output-tokens", out)
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 @pytest.mark.parametrize(("at_step", "stall_s", "timeout_s"), [(90, "0.6", "3"), (200, "1.5", "5")])
 def test_a_frozen_engine_is_captured_during_the_stop(tmp_path: Path, at_step: int, stall_s: str,
                                                      timeout_s: str) -> None:
     db = tmp_path / "h.duckdb"
-    summary = _run(db, *_closed(12, 4, "uniform:40:120", "80"), "--timeout", timeout_s,
+    summary = _run(db, *closed_loop(12, 4, "uniform:40:120", "80"), "--timeout", timeout_s,
                    "--watch-stall", stall_s, engine=("--fault", f"hang:at_step={at_step}"), rc=(1,))
     # The stop first; the stranded requests' timeouts may make an error burst after it.
     w, *later = summary["watch"]
@@ -48,26 +35,26 @@ def test_a_frozen_engine_is_captured_during_the_stop(tmp_path: Path, at_step: in
     assert w["kind"] == "engine_stopped" and w["captured"] == ["stacks", "/metrics"], w
     assert w["failed"] == [] and w["hang_capture_id"], w
     # Noticed after the threshold of silence, before the stranded requests timed out.
-    ((t_s, last_step_end, detail),) = _rows(db, "SELECT w.t_s, (SELECT max(end_s) - r.t0_monotonic_ns / 1e9 FROM "
+    ((t_s, last_step_end, detail),) = store_rows(db, "SELECT w.t_s, (SELECT max(end_s) - r.t0_monotonic_ns / 1e9 FROM "
                                             "engine_steps), w.detail FROM watch_triggers w, runs r "
                                             "WHERE w.seq = 0")
     silent = json.loads(detail)["silent_s"]
     assert float(stall_s) <= silent < float(stall_s) + 0.5, detail
     assert last_step_end + float(stall_s) <= t_s + 0.05 < last_step_end + float(timeout_s), (t_s, last_step_end)
     # The capture: the engine's threads, its step loop inside the hang, and its /metrics.
-    frames = _rows(db, "SELECT thread_name, function FROM hang_stacks JOIN watch_triggers "
+    frames = store_rows(db, "SELECT thread_name, function FROM hang_stacks JOIN watch_triggers "
                        "ON capture_id = hang_capture_id WHERE seq = 0")
     assert ("engine-step-loop", "Engine._hang") in frames, frames
-    ((body,),) = _rows(db, "SELECT body FROM watch_metrics WHERE trigger_id LIKE '%-w0'")
+    ((body,),) = store_rows(db, "SELECT body FROM watch_metrics WHERE trigger_id LIKE '%-w0'")
     assert "vllm:num_requests_running" in body
 
 
 def test_a_short_periodic_stall_and_a_healthy_run_raise_nothing(tmp_path: Path) -> None:
     db = tmp_path / "p.duckdb"
-    summary = _run(db, *_closed(40, 5, "uniform:100:400", "uniform:30:90"),
+    summary = _run(db, *closed_loop(40, 5, "uniform:100:400", "uniform:30:90"),
                    engine=("--fault", "periodic-stall:every_s=0.55,duration_ms=140"))
     assert "watch" not in summary
-    assert _rows(db, "SELECT count(*) FROM watch_triggers") == [(0,)]
+    assert store_rows(db, "SELECT count(*) FROM watch_triggers") == [(0,)]
 
 
 def test_an_error_burst_is_noticed_and_no_watch_means_none(tmp_path: Path) -> None:
@@ -76,19 +63,19 @@ def test_an_error_burst_is_noticed_and_no_watch_means_none(tmp_path: Path) -> No
     # fails, within a few tens of ms at the run's end (the watch's last look, after the last
     # streams are parsed, sees them). A run that gave up on a target that stopped answering
     # (exit 1, interrupted) saw the same burst.
-    summary = _run(db, *_closed(60, 3, "uniform:40:90", "60"), "--max-error-rate", "1",
+    summary = _run(db, *closed_loop(60, 3, "uniform:40:90", "60"), "--max-error-rate", "1",
                    engine=("--fault", "xid:code=79,at_s=1.2"), rc=(0, 1))
     kinds = [w["kind"] for w in summary.get("watch", [])]
     assert "error_burst" in kinds, summary.get("watch")
     burst = next(w for w in summary["watch"] if w["kind"] == "error_burst")
-    ((first_error_s, errors),) = _rows(db, "SELECT min(end_ns) / 1e9, count(*) FROM requests "
+    ((first_error_s, errors),) = store_rows(db, "SELECT min(end_ns) / 1e9, count(*) FROM requests "
                                            "WHERE error_class IS NOT NULL")
     assert errors >= 5 and first_error_s <= burst["t_s"], (first_error_s, burst)
     assert "/metrics" in burst["captured"], burst
     db2 = tmp_path / "y.duckdb"
-    summary = _run(db2, *_closed(60, 3, "uniform:40:90", "60"), "--max-error-rate", "1",
+    summary = _run(db2, *closed_loop(60, 3, "uniform:40:90", "60"), "--max-error-rate", "1",
                    "--no-watch", engine=("--fault", "xid:code=79,at_s=1.2"), rc=(0, 1))
-    assert "watch" not in summary and _rows(db2, "SELECT count(*) FROM watch_triggers") == [(0,)]
+    assert "watch" not in summary and store_rows(db2, "SELECT count(*) FROM watch_triggers") == [(0,)]
 
 
 def test_watch_flags_are_checked_before_anything_is_sent(tmp_path: Path) -> None:

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 from tests.e2e.engine_process import MODEL, EngineProcess
 from tests.support.cli import infbench
 from tests.support.process import sse_server
+from tests.support.store_rows import store_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -40,21 +40,13 @@ def _run(url: str, db: Path, *args: str, code: int = 0) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
-def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def _last(db: Path) -> tuple[str, dict[str, Any]]:
-    run_id, config = _rows(db, "SELECT run_id, config FROM runs ORDER BY created_at DESC, run_id DESC LIMIT 1")[0]
+    run_id, config = store_rows(db, "SELECT run_id, config FROM runs ORDER BY created_at DESC, run_id DESC LIMIT 1")[0]
     return run_id, json.loads(config)
 
 
 def _lengths(db: Path, run_id: str) -> list[tuple[int, int]]:
-    return _rows(db, "SELECT target_input_tokens, prompt_tokens FROM requests "
+    return store_rows(db, "SELECT target_input_tokens, prompt_tokens FROM requests "
                      f"WHERE run_id = '{run_id}' AND error_class IS NULL ORDER BY request_idx")
 
 
@@ -136,7 +128,7 @@ def test_the_summary_says_asked_and_counted(mock: str, tmp_path: Path) -> None:
 
 def _conversations(db: Path, run_id: str) -> dict[int, list[tuple[int, int, int, int]]]:
     out: dict[int, list[tuple[int, int, int, int]]] = {}
-    for conv, turn, target, counted, send in _rows(
+    for conv, turn, target, counted, send in store_rows(
             db, "SELECT conversation_id, turn, target_input_tokens, prompt_tokens, send_ns FROM requests "
                 f"WHERE run_id = '{run_id}' ORDER BY conversation_id, turn"):
         out.setdefault(conv, []).append((turn, target, counted, send))
@@ -232,7 +224,7 @@ def test_changed_rows_are_warned_before_the_run_and_in_its_summary(mock: str, tm
     run_id, config = _last(db)
     assert config["workload"]["rows"] == rows and config["workload_warnings"] == [w for w in s["warnings"]
                                                                                 if w.startswith("trace:")]
-    sent = _rows(db, f"SELECT intended_send_ns, max_tokens, target_input_tokens FROM requests "
+    sent = store_rows(db, f"SELECT intended_send_ns, max_tokens, target_input_tokens FROM requests "
                      f"WHERE run_id = '{run_id}' ORDER BY request_idx")
     assert [(round(t / 1e6), m, n) for t, m, n in sent] == [(0, 2, 600), (100, 1, 700), (200, 3, 900)]
 

@@ -21,3 +21,10 @@ def infbench(*args: str, timeout: float = 120, cwd: Path = ROOT,
              **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "infbench", *args], cwd=cwd, env=cli_env(**env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def closed_loop(n: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
+    """`infbench run`'s options for `n` requests at concurrency `conc`, with these input and
+    output length distributions (as the CLI spells them: "64", "uniform:40:120")."""
+    return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(n),
+            "--input-tokens", inp, "--output-tokens", out)
