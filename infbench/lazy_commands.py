@@ -217,7 +217,7 @@ def _plain_runtime_param_class() -> type:
     from typer._coercion import RuntimeParam
 
     @dataclass(frozen=True)
-    class PlainRuntimeParam(RuntimeParam):  # type: ignore[misc]
+    class PlainRuntimeParam(RuntimeParam):
         convert: Callable[[Any, Any, Any], Any]
         typers: Callable[[], Any]  # typer's own coercion of the parameter, built on first use
 
@@ -261,6 +261,6 @@ def plain_coercion() -> bool:
         return plain_class(parameter_info=descriptor.parameter_info,
                            annotation=descriptor.annotation, convert=convert, typers=typers)
 
-    build_runtime_param._infbench_plain = True  # type: ignore[attr-defined]
+    build_runtime_param._infbench_plain = True  # type: ignore[attr-defined]  # a mark on the function, so patching twice is seen
     typer.core.build_runtime_param = build_runtime_param
     return True

@@ -7,6 +7,7 @@ and says what to do next. Everything here is plain data and round-trips through 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ class Evidence:
     number was derived in Python from other evidence; `note` then says how)."""
 
     name: str
-    values: dict[str, Number]
+    values: Mapping[str, Number]  # read only: a playbook's dict of any narrower values
     sql: str | None = None
     note: str | None = None
 

@@ -95,8 +95,10 @@ def run_closed_loop(config: EngineConfig, input_len: int, output_len: int, concu
         if steps % 997 == 0:
             sched.check_invariants()
 
-    ttft = [(s.first_token_time - send_time[s.seq_id]) * 1e3 for s in done]
-    tpot = [(finish_time[s.seq_id] - s.first_token_time) * 1e3 / (output_len - 1)
+    # a finished sequence has sampled a token, so its first-token time is set
+    first = {s.seq_id: float(s.first_token_time or 0.0) for s in done}
+    ttft = [(first[s.seq_id] - send_time[s.seq_id]) * 1e3 for s in done]
+    tpot = [(finish_time[s.seq_id] - first[s.seq_id]) * 1e3 / (output_len - 1)
             for s in done] if output_len > 1 else [0.0]
     duration = max(finish_time.values()) - min(send_time.values())
     return ClosedLoopResult(

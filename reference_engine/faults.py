@@ -157,10 +157,16 @@ def _check_gpu(kind: str, p: dict[str, Any]) -> None:
 def gpu_fault_config(specs: Iterable[FaultSpec]) -> GpuFaultConfig:
     by = {s.kind: s.params for s in specs}
     throttle, pcie, xid = by.get("throttle", {}), by.get("pcie", {}), by.get("xid", {})
+    reason = throttle.get("reason")  # a str field, though params are typed by their numbers
     return GpuFaultConfig(
-        throttle_reason=throttle.get("reason"), sm_clock_mhz=throttle.get("sm_clock_mhz"),
-        pcie_gen=pcie.get("gen"), pcie_width=pcie.get("width"),
-        xid_code=xid.get("code"), xid_at_s=float(xid.get("at_s", 0.0)))
+        throttle_reason=None if reason is None else str(reason),
+        sm_clock_mhz=throttle.get("sm_clock_mhz"),
+        pcie_gen=_whole(pcie.get("gen")), pcie_width=_whole(pcie.get("width")),
+        xid_code=_whole(xid.get("code")), xid_at_s=float(xid.get("at_s", 0.0)))
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 class Faults:

@@ -68,8 +68,10 @@ class SpeculativeConfig:
         if method not in METHODS:
             raise ValueError(f"speculative_config: method must be one of {', '.join(METHODS)}, "
                              f"got {method!r}")
-        k = value.get("num_speculative_tokens")
-        lo, hi = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
+        # JSON values, checked below to be positive integers
+        k: Any = value.get("num_speculative_tokens")
+        bounds: tuple[Any, Any] = (value.get("prompt_lookup_min"), value.get("prompt_lookup_max"))
+        lo, hi = bounds
         lo, hi = (5, 5) if lo is None and hi is None else (lo if lo is not None else hi,
                                                            hi if hi is not None else lo)
         for name, v in (("num_speculative_tokens", k), ("prompt_lookup_min", lo),

@@ -113,7 +113,7 @@ def log_started(executor: object, config: EngineConfig, num_blocks: int) -> None
         log_plan(plan, num_blocks if config.num_gpu_blocks is not None else None,
                  config.enforce_eager)
         return
-    report = executor.memory_report()  # type: ignore[attr-defined]
+    report = executor.memory_report()  # type: ignore[attr-defined]  # every executor has it (Executor protocol); typed object to keep this module off the executors
     log_torch(report["weights"], report["kv_pool"], num_blocks, config.block_size,
               config.max_model_len)
 

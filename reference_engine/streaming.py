@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from reference_engine import protocol
 from reference_engine.detokenizer import IncrementalDetokenizer
@@ -68,7 +68,7 @@ class OutputMailbox:
                 log.exception("delivering output of request %s failed", out.request_id)
 
 
-class EngineLike:
+class EngineLike(Protocol):
     """The two Engine methods a generation needs (for typing only)."""
 
     def abort_request(self, request_id: str) -> None: ...

@@ -83,7 +83,7 @@ class TorchExecutor:
         device = resolve_device(config.device)
         dtype = torch.float32
         if device.type == "cuda":
-            dtype = CUDA_DTYPES.get(config.dtype)  # type: ignore[assignment]
+            dtype = CUDA_DTYPES.get(config.dtype)
             if dtype is None:
                 raise ValueError(f"dtype: the torch executor supports {', '.join(CUDA_DTYPES)}, "
                                  f"got {config.dtype!r}")
@@ -133,10 +133,10 @@ class TorchExecutor:
         out: dict[int, int | list[int]] = {}
         for w, t in zip(flat.sample_works, tokens, strict=True):
             if w.num_draft_tokens:  # one greedy row per position of a verified draft
-                out.setdefault(w.seq_id, []).append(t)  # type: ignore[union-attr]
+                out.setdefault(w.seq_id, []).append(t)  # type: ignore[union-attr]  # a draft's work has only lists
             else:
                 out[w.seq_id] = t
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # a work with drafts gets a list, as Executor.execute says
 
     def memory_report(self) -> dict[str, int]:
         weights, kv_pool = self.model.weight_bytes(), self.cache.nbytes()

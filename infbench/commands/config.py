@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -20,6 +21,9 @@ from infbench.config.capture import capture_source
 from infbench.config.model import ORIGINS, CaptureError
 from infbench.config.store import ConfigNotFound, list_configs, load_config, save_config
 from infbench.console import make_console
+
+if TYPE_CHECKING:
+    import duckdb
 
 app = typer.Typer(help="Engine configurations: capture, diff ranked by impact, bisect by measurement.",
                   no_args_is_help=True, add_completion=False)
@@ -104,7 +108,7 @@ def show(
         out.print(f"{key} = {json.dumps(s.value, default=str)}  ({s.origin}; {where}{then})")
 
 
-def _load(con, ref: str):  # type: ignore[no-untyped-def]
+def _load(con: duckdb.DuckDBPyConnection, ref: str) -> Any:
     """A stored config by id/label/run/'last', or a file/URL captured (and stored) now."""
     if Path(ref).is_file() or ref.startswith(("http://", "https://")):
         cap = capture_source(ref)

@@ -198,8 +198,10 @@ def compare(a: Side, b: Side, default: Catalog) -> Comparison:
                     f"it ran {other.engine} {other.version or ''}'s default"
                     + (f" ({ctx})" if ctx else ""))
             v = shows.values[key]
-            pairs.append(Pair(key, *((v, AT_DEFAULT) if name == "a" else (AT_DEFAULT, v)),
-                              *(("set", "default") if name == "a" else ("default", "set")), note))
+            if name == "a":
+                pairs.append(Pair(key, v, AT_DEFAULT, "set", "default", note))
+            else:
+                pairs.append(Pair(key, AT_DEFAULT, v, "default", "set", note))
             continue
         gaps.append(Gap(key, name, shows.values[key], shows.origins[key], context(other, key)))
     return Comparison(pairs, same, gaps, finality)

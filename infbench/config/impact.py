@@ -156,7 +156,7 @@ def price_batch(hw: Hardware, a: dict[str, Any], b: dict[str, Any], wl: Workload
 
 
 def price_token_budget(hw: Hardware, a: dict[str, Any], b: dict[str, Any], wl: Workload) -> Price | None:
-    budgets = [a.get("max_num_batched_tokens"), b.get("max_num_batched_tokens")]
+    budgets: list[Any] = [a.get("max_num_batched_tokens"), b.get("max_num_batched_tokens")]
     if not all(isinstance(x, int) and x > 0 for x in budgets):
         return None
     weights, kv = _formats(a)

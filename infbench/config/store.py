@@ -85,9 +85,9 @@ def _resolve_id(con: duckdb.DuckDBPyConnection, ref: str) -> str:
             "SELECT config_id FROM configs WHERE config_id = ? OR label = ? OR run_id = ? "
             "ORDER BY (config_id = ?) DESC, created_at DESC LIMIT 1", [ref, ref, ref, ref]).fetchone()
         if row is None:
-            row = con.execute("SELECT config_id FROM configs WHERE config_id LIKE ? "
-                              "ORDER BY created_at DESC LIMIT 2", [ref + "%"]).fetchall()
-            row = row[0] if len(row) == 1 else None
+            rows = con.execute("SELECT config_id FROM configs WHERE config_id LIKE ? "
+                               "ORDER BY created_at DESC LIMIT 2", [ref + "%"]).fetchall()
+            row = rows[0] if len(rows) == 1 else None
     if row is None:
         raise ConfigNotFound(f"config {ref!r}: no such config id, label or run in the store "
                              "(`infbench config list` shows them)")

@@ -15,6 +15,7 @@ counts, so nothing of size n^2 is ever built.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -30,7 +31,7 @@ class RankResult:
     p_value: float  # two-sided, normal approximation with tie correction
 
 
-def _bisect(count_le, lo: float, hi: float, k: float) -> float:  # type: ignore[no-untyped-def]
+def _bisect(count_le: Callable[[float], float], lo: float, hi: float, k: float) -> float:
     """The smallest t with count_le(t) >= k, to 2^-42 of [lo, hi] (far below any tolerance)."""
     for _ in range(42):
         mid = (lo + hi) / 2.0
@@ -41,7 +42,8 @@ def _bisect(count_le, lo: float, hi: float, k: float) -> float:  # type: ignore[
     return hi
 
 
-def _order_stats(ks: list[int], count_le, lo: float, hi: float) -> list[float]:  # type: ignore[no-untyped-def]
+def _order_stats(ks: list[int], count_le: Callable[[float], float], lo: float,
+                 hi: float) -> list[float]:
     return [_bisect(count_le, lo, hi, k) for k in ks]
 
 

@@ -28,6 +28,7 @@ from infbench.imports.model import (
     ImportedRun,
     load_json,
     load_jsonl,
+    object_at,
 )
 from infbench.imports.redaction import redact, redact_command
 
@@ -132,7 +133,7 @@ def _request(path: Path, line: int, obj: Any) -> tuple[str, ImportedRequest]:
         e2e_s=_ms(f, "request_latency", _metric(f, "request_latency")) if ok else None,
         input_tokens=usage_in if usage_in is not None else isl,
         output_tokens=_count(f, "output_sequence_length", _metric(f, "output_sequence_length")) if ok else None,
-        token_gaps_s=gaps if ok else None,  # type: ignore[arg-type]
+        token_gaps_s=gaps if ok else None,
         error=error,
     )
 
@@ -159,11 +160,11 @@ def read(path: Path) -> list[ImportedRun]:
         Fields(aggregate, "whole file", doc)
     if not any(r.token_gaps_s for r in requests):
         notes.append("no per-token times (inter_chunk_latency): stalls cannot run on this run")
-    cfg = doc.get("input_config") if isinstance(doc.get("input_config"), dict) else {}
-    endpoint = cfg.get("endpoint") if isinstance(cfg.get("endpoint"), dict) else {}
+    cfg = object_at(doc, "input_config")
+    endpoint = object_at(cfg, "endpoint")
     urls = endpoint.get("urls") or []
     models = ((cfg.get("models") or {}).get("items") or [{}]) if isinstance(cfg.get("models"), dict) else [{}]
-    run_info = doc.get("run_info") if isinstance(doc.get("run_info"), dict) else {}
+    run_info = object_at(doc, "run_info")
     cli = run_info.get("cli_command")
     return [ImportedRun(
         tool=TOOL, source=str(path), record="profiling phase",
@@ -182,7 +183,8 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
     """The aggregate as flat keys: `time_to_first_token.p99` -> value, in AIPerf's units
     (0.1 nested the metrics under `records` and called TTFT `ttft`)."""
     out: dict[str, Any] = {}
-    metrics = doc.get("records") if isinstance(doc.get("records"), dict) else doc
+    records = doc.get("records")
+    metrics: dict[str, Any] = records if isinstance(records, dict) else doc
     for name, m in metrics.items():
         name = "time_to_first_token" if name == "ttft" else name
         if isinstance(m, dict) and "unit" in m:

@@ -31,6 +31,7 @@ from infbench.imports.model import (
     file_text,
     load_json,
     ns,
+    object_at,
 )
 from infbench.imports.redaction import redact
 
@@ -65,7 +66,7 @@ def _request(path: Path, record: str, obj: Any, failed: str | None) -> ImportedR
     f = Fields(path, record, obj)
     start = f.number("request_start_time", required=failed is None, minimum=None)
     info = f.mapping("info", required=False) or {}
-    timings = info.get("timings") if isinstance(info.get("timings"), dict) else {}
+    timings = object_at(info, "timings")
     scheduled = timings.get("targeted_start")
     if scheduled is not None and (isinstance(scheduled, bool) or not isinstance(scheduled, int | float)):
         raise f.bad("info.timings.targeted_start", f"expected Unix seconds, got {scheduled!r}")
@@ -95,7 +96,7 @@ def _stat(metrics: dict[str, Any], name: str, stat: str) -> Any:
 
 
 def _summary(bench: dict[str, Any]) -> dict[str, Any]:
-    metrics = bench.get("metrics") if isinstance(bench.get("metrics"), dict) else {}
+    metrics = object_at(bench, "metrics")
     out: dict[str, Any] = {}
     for name in ("time_to_first_token_ms", "inter_token_latency_ms", "time_per_output_token_ms",
                  "request_latency", "prompt_token_count", "output_token_count"):
@@ -139,7 +140,7 @@ def read(path: Path) -> list[ImportedRun]:
     top = Fields(path, "whole file", doc)
     benches = top.array("benchmarks")
     spec = top.mapping("config.spec", required=False) or {}
-    backend = spec.get("backend") if isinstance(spec.get("backend"), dict) else {}
+    backend = object_at(spec, "backend")
     runs = []
     for b, bench in enumerate(benches or []):
         bf = Fields(path, f"benchmarks[{b}]", bench)

@@ -19,7 +19,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from infbench.imports.model import BadFile, Fields, ImportedRequest, ImportedRun, load_json, ns
+from infbench.imports.model import (
+    BadFile,
+    Fields,
+    ImportedRequest,
+    ImportedRun,
+    load_json,
+    ns,
+    object_at,
+)
 from infbench.imports.redaction import REDACTED, redact_command
 
 TOOL = "inference-perf"
@@ -112,7 +120,7 @@ def _request(path: Path, i: int, obj: Any) -> ImportedRequest:
     else:
         times = _seconds(f, "info.response_metrics.output_token_times",
                          f.raw("info.response_metrics.output_token_times") or [])
-        ttft = times[0] - start if times else None  # type: ignore[operator]
+        ttft = times[0] - start if times else None
         gaps = tuple(b - a for a, b in zip(times, times[1:], strict=False))
         n_in = f.integer("info.request_metrics.text.input_tokens", required=False)
         n_out = f.integer("info.response_metrics.output_tokens", required=False)
@@ -125,14 +133,14 @@ def _request(path: Path, i: int, obj: Any) -> ImportedRequest:
     return ImportedRequest(
         send_ns=ns(start), ttft_s=ttft,
         e2e_s=None if ttft is None else ttft + sum(gaps),  # the last token, as infbench's e2e
-        stream_end_s=None if end is None else end - start,  # type: ignore[operator]
+        stream_end_s=None if end is None else end - start,
         input_tokens=n_in, output_tokens=n_out, token_gaps_s=gaps if ttft is not None else None)
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    ok = doc.get("successes") if isinstance(doc.get("successes"), dict) else {}
-    latency = ok.get("latency") if isinstance(ok.get("latency"), dict) else {}
+    ok = object_at(doc, "successes")
+    latency = object_at(ok, "latency")
     for metric in (*_LATENCY, "time_per_output_token", "request_latency"):
         stats = latency.get(metric)
         if isinstance(stats, dict):

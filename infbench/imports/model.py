@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 
 class BadFile(Exception):
@@ -104,6 +104,13 @@ def load_jsonl(path: Path) -> list[tuple[int, Any]]:
     return out
 
 
+def object_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """`obj[key]` where it is a JSON object, else an empty one: for optional sections of a
+    tool's summary that a file may lack or hold in another shape."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 class Fields:
     """Typed reads from one JSON object, each failure naming the file, record and field."""
 
@@ -125,6 +132,10 @@ class Fields:
             cur = cur[part]
         return cur
 
+    @overload
+    def number(self, name: str, *, required: Literal[True] = ..., minimum: float | None = ...) -> float: ...
+    @overload
+    def number(self, name: str, *, required: bool, minimum: float | None = ...) -> float | None: ...
     def number(self, name: str, *, required: bool = True, minimum: float | None = 0.0) -> float | None:
         v = self._get(name, required)
         if v is None and not required:
@@ -135,6 +146,10 @@ class Fields:
             raise self.bad(name, f"{v!r} is below {minimum:g}")
         return float(v)
 
+    @overload
+    def integer(self, name: str, *, required: Literal[True] = ...) -> int: ...
+    @overload
+    def integer(self, name: str, *, required: bool) -> int | None: ...
     def integer(self, name: str, *, required: bool = True) -> int | None:
         v = self.number(name, required=required)
         if v is None:
@@ -146,6 +161,10 @@ class Fields:
             raise self.bad(name, f"expected a whole number, got {v!r}")
         return int(v)
 
+    @overload
+    def text(self, name: str, *, required: Literal[True] = ...) -> str: ...
+    @overload
+    def text(self, name: str, *, required: bool) -> str | None: ...
     def text(self, name: str, *, required: bool = True) -> str | None:
         v = self._get(name, required)
         if v is None and not required:
@@ -154,6 +173,10 @@ class Fields:
             raise self.bad(name, f"expected a string, got {type(v).__name__}")
         return v
 
+    @overload
+    def array(self, name: str, *, required: Literal[True] = ...) -> list[Any]: ...
+    @overload
+    def array(self, name: str, *, required: bool) -> list[Any] | None: ...
     def array(self, name: str, *, required: bool = True) -> list[Any] | None:
         v = self._get(name, required)
         if v is None and not required:
@@ -162,6 +185,10 @@ class Fields:
             raise self.bad(name, f"expected a list, got {type(v).__name__}")
         return v
 
+    @overload
+    def mapping(self, name: str, *, required: Literal[True] = ...) -> dict[str, Any]: ...
+    @overload
+    def mapping(self, name: str, *, required: bool) -> dict[str, Any] | None: ...
     def mapping(self, name: str, *, required: bool = True) -> dict[str, Any] | None:
         v = self._get(name, required)
         if v is None and not required:

@@ -108,7 +108,7 @@ def read(path: Path) -> list[ImportedRun]:
         for name, values in lists.items():
             if len(values or []) != n:
                 raise top.bad(name, f"{len(values or [])} entries where ttfts has {n}")
-        requests = [_request(path, record, i, {k: v[i] for k, v in lists.items()})  # type: ignore[index]
+        requests = [_request(path, record, i, {k: v[i] for k, v in lists.items()})
                     for i in range(n)]
         runs.append(ImportedRun(
             tool=TOOL, source=str(path), record=record, tool_version=None, command=None,

@@ -34,7 +34,7 @@ _SUMMARY_PREFIXES = ("mean_", "median_", "std_", "p")
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:
-    out = {k: doc[k] for k in ("duration", "completed", "failed", "total_input_tokens",
+    out: dict[str, Any] = {k: doc[k] for k in ("duration", "completed", "failed", "total_input_tokens",
                                "total_output_tokens", "request_throughput", "output_throughput",
                                "total_token_throughput", "request_goodput") if k in doc}
     for k, v in doc.items():
@@ -54,10 +54,9 @@ def read(path: Path) -> list[ImportedRun]:
     lists = {name: top.array(name) for name in _LISTS}
     n = len(lists["ttfts"])
     for name, values in lists.items():
-        assert values is not None
         if len(values) != n:
             raise top.bad(name, f"{len(values)} entries where ttfts has {n}")
-    requests = [_request(path, i, {k: v[i] for k, v in lists.items()}) for i in range(n)]  # type: ignore[index]
+    requests = [_request(path, i, {k: v[i] for k, v in lists.items()}) for i in range(n)]
     settings = {k: doc[k] for k in _SETTINGS if k in doc}
     # `--metadata KEY=VALUE` pairs land at the top level too: strings that are no known key.
     known = set(_SETTINGS) | set(_LISTS) | set(_summary(doc))

@@ -23,7 +23,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 import duckdb
 
@@ -40,6 +40,10 @@ IMPORT_FINGERPRINT_VERSION = 1
 _MAX_ERROR_TEXT = 500
 
 
+@overload
+def _ns(seconds: float) -> int: ...
+@overload
+def _ns(seconds: float | None) -> int | None: ...
 def _ns(seconds: float | None) -> int | None:
     return None if seconds is None else int(round(seconds * 1e9))
 
@@ -100,11 +104,11 @@ def _request_times(r: ImportedRequest, send: int | None) -> dict[str, Any]:
     if send is None or r.error is not None:
         return dict(send_ns=send, first_chunk_ns=None, first_content_ns=None, last_content_ns=None,
                     last_chunk_ns=None, last_choices_ns=None, end_ns=send, done_ns=None)
-    first = None if r.ttft_s is None else send + _ns(r.ttft_s)  # type: ignore[operator]
-    end = None if r.e2e_s is None else send + _ns(r.e2e_s)  # type: ignore[operator]
+    first = None if r.ttft_s is None else send + _ns(r.ttft_s)
+    end = None if r.e2e_s is None else send + _ns(r.e2e_s)
     times = _chunk_times(r, send)
     last_content = times[-1] if times else end
-    stream_end = None if r.stream_end_s is None else send + _ns(r.stream_end_s)  # type: ignore[operator]
+    stream_end = None if r.stream_end_s is None else send + _ns(r.stream_end_s)
     return dict(send_ns=send, first_chunk_ns=first, first_content_ns=first,
                 last_content_ns=last_content, last_chunk_ns=stream_end or end, last_choices_ns=end,
                 end_ns=stream_end or end, done_ns=stream_end)
@@ -114,10 +118,10 @@ def _chunk_times(r: ImportedRequest, send: int | None) -> list[int]:
     if send is None or r.error is not None or r.ttft_s is None or r.token_gaps_s is None:
         return []
     # Accumulate in seconds and round each stamp once, so rounding does not add up.
-    t, out = r.ttft_s, [send + _ns(r.ttft_s)]  # type: ignore[operator]
+    t, out = r.ttft_s, [send + _ns(r.ttft_s)]
     for g in r.token_gaps_s:
         t += g
-        out.append(send + _ns(t))  # type: ignore[operator]
+        out.append(send + _ns(t))
     return out
 
 

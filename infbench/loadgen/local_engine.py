@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from infbench.loadgen.preflight import PreflightError
 
@@ -23,7 +23,7 @@ READY_MARK = "serving on "
 
 
 class Console(Protocol):
-    def print(self, *objects: object, **kwargs: object) -> None: ...
+    def print(self, *objects: Any) -> None: ...
 
 
 @contextlib.contextmanager

@@ -135,7 +135,7 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
             models = []
     if model is None:
         if status == 200 and not listed:
-            start = redact(body, api_key).strip().replace("\n", " ")[:80]
+            start = (redact(body, api_key) or "").strip().replace("\n", " ")[:80]
             raise PreflightError(f"{url}/v1/models answered HTTP 200 but not with a JSON model list "
                                  f"(it began {start!r}): is this an OpenAI-compatible server?")
         if not models:
@@ -155,7 +155,7 @@ async def _preflight(session: aiohttp.ClientSession, url: str, endpoint: str, mo
     if st == 404:
         raise PreflightError(f"{url}{ENDPOINTS[endpoint]}: HTTP 404: {redact(_error_message(str(res)), api_key)}")
     if st == 200 and not isinstance(res, dict):
-        start = redact(str(res), api_key).strip().replace("\n", " ")[:80]
+        start = (redact(str(res), api_key) or "").strip().replace("\n", " ")[:80]
         raise PreflightError(
             f"{url}{ENDPOINTS[endpoint]} answered a 1-token test request with HTTP 200 but not with "
             f"a JSON completion (it began {start!r}): is this an OpenAI-compatible server, "

@@ -93,7 +93,8 @@ class _Histogram:
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
-        self.n, self.total, self.total_sq, self.top = 0, 0.0, 0.0, None
+        self.n, self.total, self.total_sq = 0, 0.0, 0.0
+        self.top: float | None = None
 
     def add(self, us: int, cnt: int, s1: float, s2: float, top_ns: float) -> None:
         self.counts[us] = self.counts.get(us, 0) + int(cnt)

@@ -30,7 +30,7 @@ _DEFINITIONS = ("<p style='font-size:12px'>ITL: the gap before each socket read 
 
 
 def _num(v: object) -> str:
-    return "-" if v is None else f"{float(v):.2f}"  # type: ignore[arg-type]
+    return "-" if v is None else f"{float(v):.2f}"  # type: ignore[arg-type]  # a stored number (or its text): float() refuses anything else
 
 
 def fleet_table(fleet: dict | None) -> str:

@@ -33,7 +33,7 @@ def _line(st: LiveStats, settings: RunSettings) -> Text:
     ttft = LiveStats.p50(st.recent_ttft_ms)
     itl = LiveStats.p50(st.recent_itl_ms)
     h = st.last_health
-    parts = [
+    parts: list[str | tuple[str, str]] = [
         ("  ".join(goal), "bold"),
         f"  done {st.done}  in flight {st.in_flight}  ",
         (f"errors {st.errors}", "red" if st.errors else ""),

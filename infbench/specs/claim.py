@@ -49,7 +49,8 @@ class ClaimReport:
     conditions: tuple[Condition, ...]
 
 
-def _ceiling(model, gpu, tp, wf, kf, batch, context) -> StepBreakdown:  # type: ignore[no-untyped-def]
+def _ceiling(model: ModelSpec, gpu: GpuSpec, tp: int, wf: str | FormatSpec, kf: str | FormatSpec,
+             batch: int, context: int) -> StepBreakdown:
     return step_time_from_cost(cost_model(model, gpu, tp, wf, kf), (), [context] * batch, 1.0, 1.0)
 
 

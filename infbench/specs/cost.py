@@ -66,12 +66,12 @@ def cost_report(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"{name} must be a positive integer, got {value!r}")
-    for name, value in (
+    for name, rate in (
         ("input tokens/s", input_tokens_per_s),
         ("output tokens/s", output_tokens_per_s),
     ):
-        if value is not None and not value > 0:
-            raise SpecError(f"measured {name} must be > 0, got {value!r}")
+        if rate is not None and not rate > 0:
+            raise SpecError(f"measured {name} must be > 0, got {rate!r}")
     cm = cost_model(model, gpu, tp, weight_format, kv_format)
     in_src = out_src = "measured"
     if input_tokens_per_s is None:

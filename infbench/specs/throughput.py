@@ -4,6 +4,7 @@ the throughput curve and its knee, and the three ceilings on concurrency."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from infbench.specs.errors import SpecError
@@ -94,7 +95,7 @@ def _decode(cm: CostModel, batch: int, context: int, bw: float, fl: float) -> St
     return step_time_from_cost(cm, (), [context] * batch, bw, fl)
 
 
-def _smallest(predicate, limit: int = _SEARCH_LIMIT) -> int | None:  # type: ignore[no-untyped-def]
+def _smallest(predicate: Callable[[int], bool], limit: int = _SEARCH_LIMIT) -> int | None:
     """Smallest n in [1, limit] with predicate(n) true, for a predicate that stays true."""
     if not predicate(limit):
         return None

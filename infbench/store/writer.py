@@ -85,7 +85,7 @@ class ArrayBuffer:
         for name, dtype in self._dtypes.items():
             if name not in cols:
                 raise ValueError(f"{self.table.name}.{name}: missing column")
-            arr = np.asarray(cols[name], dtype=dtype)
+            arr: np.ndarray = np.asarray(cols[name], dtype=dtype)
             if arr.shape != (n,):
                 raise ValueError(f"{self.table.name}.{name}: {arr.shape[0] if arr.ndim else 0} values, expected {n}")
             self._pieces[name].append(arr)

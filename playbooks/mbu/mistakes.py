@@ -74,11 +74,12 @@ def candidates(f: RunFacts) -> list[Candidate]:
                                  f"({t * 1e3:.2f} ms, prefill included) instead of the decode "
                                  f"step time ({f.decode_step_s * 1e3:.2f} ms)",
                                  m * f.decode_step_s / t, "denominator"))
-    for label, b in (("1", 1), ("max_num_seqs", f.max_num_seqs), ("the client's concurrency", f.concurrency)):
-        if b and kv > 0.005 and abs(b / f.mean_batch - 1) > 0.05:
-            out.append(Candidate("wrong_batch_size", f"computed KV for a batch of {b} ({label}) "
+    for label, batch in (("1", 1), ("max_num_seqs", f.max_num_seqs),
+                         ("the client's concurrency", f.concurrency)):
+        if batch and kv > 0.005 and abs(batch / f.mean_batch - 1) > 0.05:
+            out.append(Candidate("wrong_batch_size", f"computed KV for a batch of {batch} ({label}) "
                                  f"instead of the mean decode batch {f.mean_batch:.1f}",
-                                 m * (w + kv * b / f.mean_batch), "numerator"))
+                                 m * (w + kv * batch / f.mean_batch), "numerator"))
     if f.mean_batch > 1.05:
         out.append(Candidate("weights_per_sequence", f"charged the weights once per sequence "
                              f"({f.mean_batch:.1f} per step) instead of once per step",

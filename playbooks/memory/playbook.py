@@ -42,7 +42,7 @@ def diagnose_memory(con: duckdb.DuckDBPyConnection, run_ref: str,
     ctx = load_context(con, run_ref)
     n_mem, replicas = con.execute(
         "SELECT count(*), list(DISTINCT replica ORDER BY replica) FILTER (replica IS NOT NULL) "
-        "FROM memory_samples WHERE run_id = ?", [ctx.run_id]).fetchone()
+        "FROM memory_samples WHERE run_id = ?", [ctx.run_id]).fetchone() or (0, None)
     if replicas and len(replicas) > 1:
         # One engine's ledger: the replicas' counters and memory cannot be added up.
         raise ValueError(

@@ -94,6 +94,7 @@ def load_observations(con: duckdb.DuckDBPyConnection, run_id: str, order: list[s
     for d in (req, steps):
         for k, v in d.items():  # NULLs come back masked: numbers as NaN
             if isinstance(v, np.ma.MaskedArray):
-                d[k] = v.astype(np.float64).filled(np.nan) if v.dtype.kind in "iuf" else v.filled(None)
+                d[k] = (np.ma.filled(v.astype(np.float64), np.nan) if v.dtype.kind in "iuf"
+                        else v.filled(None))
     tsql, sent = fetch(con, SENT_SQL, run_id=run_id)
     return Observations(names, req, steps, rsql, ssql, {str(r): int(n) for r, n in sent}, tsql)

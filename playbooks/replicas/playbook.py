@@ -137,9 +137,9 @@ def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
 def _cmp_evidence(v: ReplicaVerdict, z: float, obs: Observations) -> list[Evidence]:
     ev = []
     for m, c in v.comparisons.items():
-        iv = c.interval(z)
+        iv, ratio = c.interval(z), c.ratio()
         ev.append(Evidence(f"{m}_at_matched_load", {
-            "ratio": None if c.ratio() is None else round(c.ratio(), 4),
+            "ratio": None if ratio is None else round(ratio, 4),
             "interval_low": None if iv is None else round(iv[0], 4),
             "interval_high": None if iv is None else round(iv[1], 4),
             "unmatched_median_ratio": None if c.raw_ratio is None else round(c.raw_ratio, 4),

@@ -50,7 +50,7 @@ def _acceptance(t: SpecTotals) -> Finding:
     pos_rates, cond = t.position_rates(), t.conditional_rates()
     low = rate is not None and rate < LOW_ACCEPTANCE
     steep = next((i for i in range(1, len(cond)) if cond[i] is not None and cond[i - 1]
-                  and cond[i] < STEEP_DROP * cond[i - 1]), None)  # type: ignore[operator]
+                  and cond[i] < STEEP_DROP * cond[i - 1]), None)  # type: ignore[operator]  # both checked not None in the same condition
     k = t.num_speculative_tokens
     summary = (f"{rate:.1%} of {t.draft_tokens:.0f} draft tokens accepted; a drafted step yields "
                f"{length:.2f} tokens on average (of at most {k + 1})." if rate is not None and length

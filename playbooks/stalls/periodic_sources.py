@@ -131,7 +131,7 @@ def common_grid(clocks: dict[str, tuple[np.ndarray, float]], floors: dict[str, f
     own = {name: fit_period(x, q) for name, (x, q) in clocks.items()}
     fl = floors or {}
     best = max(own, key=lambda name: (_score(own[name], fl.get(name, 0.0)),
-                                      (own[name].llr if own[name] else -np.inf)))
+                                      _llr(own[name])))
     lead = own[best]
     if lead is None or not lead.significant:
         return None, own
@@ -201,3 +201,7 @@ def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarra
                               "once every batch size has been seen", new_shape_share))
     sources.sort(key=lambda s: -s.score)
     return Periodicity(sec, stp, tok, grid_clock, sources, shapes_sql)
+
+
+def _llr(fit: PeriodFit | None) -> float:
+    return fit.llr if fit is not None else -np.inf

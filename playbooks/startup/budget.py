@@ -127,17 +127,18 @@ def resolve_setup(log: StoredLog, figures: dict[str, float], overrides: dict[str
     for key, value in overrides.items():
         if value is not None:
             found[key] = (value, "command-line option")
-    for key, (value, src) in found.items():
+    for key, (raw, src) in found.items():
+        parsed: Any = raw
         try:
             if key in _INT:
-                value = int(float(value))
+                parsed = int(float(raw))
             elif key == "gpu_memory_utilization":
-                value = float(value)
+                parsed = float(raw)
             elif key == "enforce_eager":
-                value = str(value).lower() in ("true", "1")
+                parsed = str(raw).lower() in ("true", "1")
         except ValueError:
-            raise ValueError(f"{key}: {value!r} from {src} is not a number") from None
-        setattr(setup, key, value)
+            raise ValueError(f"{key}: {raw!r} from {src} is not a number") from None
+        setattr(setup, key, parsed)
         setup.source[key] = src
     return setup
 
@@ -180,7 +181,7 @@ def budget(setup: Setup, logged: dict[str, float | None]) -> Budget:
         raise ValueError("the model and the GPU are needed for the arithmetic (pass --model and --gpu)")
     model, gpu = get_model(setup.model), get_gpu(setup.gpu)
     weights, kv = serving_formats(setup.dtype, setup.kv_cache_dtype, model.dtype)
-    common = dict(tp=setup.tp, gpu_memory_utilization=setup.gpu_memory_utilization,
+    common: dict[str, Any] = dict(tp=setup.tp, gpu_memory_utilization=setup.gpu_memory_utilization,
                   max_model_len=setup.max_model_len, block_size=setup.block_size,
                   weight_format=weights, kv_format=kv, max_num_seqs=setup.max_num_seqs,
                   max_num_batched_tokens=setup.max_num_batched_tokens,
@@ -188,7 +189,7 @@ def budget(setup: Setup, logged: dict[str, float | None]) -> Budget:
     total = logged.get("total")
     arithmetic = plan_memory(model, gpu, **common,
                              total_memory_bytes=int(total) if total else None)
-    overrides: dict[str, float] = {}
+    overrides: dict[str, Any] = {}
     measured: list[str] = []
     for term, kwarg, planned in (("activation", "activation_bytes", arithmetic.activation_bytes),
                                  ("non_torch", "non_torch_bytes", arithmetic.non_torch_bytes),

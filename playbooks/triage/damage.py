@@ -99,7 +99,8 @@ class RunTail:
             "lost_share": round(float(lost.sum()) / self.measured, 4) if self.measured else None,
             "tail_time_added_s": round(float(np.clip(excess, 0, None).sum()) / 1e3, 3),
         }
-        shares = [out[k] for k in ("itl_p99_share", "ttft_p99_share", "lost_share") if out[k] is not None]
+        shares = [share for k in ("itl_p99_share", "ttft_p99_share", "lost_share")
+                  if (share := out[k]) is not None]
         out["score"] = max(shares) if shares else None
         return out
 

@@ -98,7 +98,7 @@ def join(ranked: list[Ranked], end_s: float) -> list[Incident]:
     groups: dict[int, list[int]] = {}
     for i in range(len(ranked)):
         groups.setdefault(root(i), []).append(i)
-    out = []
+    out: list[Incident] = []
     for members in sorted((m for m in groups.values() if len(m) > 1), key=min):
         inc = Incident(members)
         spans = sorted(s for i in members for s in _spans(ranked[i].scope, end_s))

@@ -91,11 +91,11 @@ def blank_reason(value: float | str) -> str | None:
     if isinstance(value, str):
         text = value.strip()
         if text.lstrip("+").isdigit():
-            v = int(text)
+            whole = int(text)
             for base in (_INT64_BLANK, _INT32_BLANK):
-                if base <= v < base + 16:
-                    return _BLANK_REASONS.get(v - base, "DCGM_BLANK")
-            if v >= _INT64_BLANK:
+                if base <= whole < base + 16:
+                    return _BLANK_REASONS.get(whole - base, "DCGM_BLANK")
+            if whole >= _INT64_BLANK:
                 return "DCGM_BLANK"
         value = float(text)
     v = float(value)

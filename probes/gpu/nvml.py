@@ -198,11 +198,11 @@ class NvmlSampler:
                         dev.static_missing.setdefault("xid", error_name(exc))
                 return
             if data.eventType & EVENT_XID_CRITICAL:
-                dev = by_handle.get(id(data.device))
-                if dev is None:
-                    dev = next((d for d in self.devices if d.handle == data.device), None)
-                if dev is not None:
-                    dev.last_xid = int(data.eventData)
+                hit = by_handle.get(id(data.device))
+                if hit is None:
+                    hit = next((d for d in self.devices if d.handle == data.device), None)
+                if hit is not None:
+                    hit.last_xid = int(data.eventData)
 
     def _reasons(self, h: Any) -> int:
         try:

@@ -25,7 +25,8 @@ def summarize_gpus(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     event reasons seen with the share of samples each was set in, and why fields were NULL."""
     groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r.get("instance") or "", r.get("gpu") if r.get("gpu") is not None else -1), []).append(r)
+        key = (str(r.get("instance") or ""), int(r["gpu"]) if r.get("gpu") is not None else -1)
+        groups.setdefault(key, []).append(r)
     out = []
     for (instance, gpu), rs in sorted(groups.items()):
         n = len(rs)

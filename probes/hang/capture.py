@@ -196,7 +196,7 @@ def capture_pids(pids: list[int], *, dumps: Path | None = None) -> Capture:
                          "not all readable and distinct)")
     files = _dump_files(dumps) if dumps is not None else ({}, {})
     for i, pid in enumerate(pids):
-        rank = int(env_ranks[i]) if use_env else i  # type: ignore[arg-type]
+        rank = int(env_ranks[i]) if use_env else i  # type: ignore[arg-type]  # use_env: none is None
         rc = RankCapture(rank, pid=pid, alive=pid_alive(pid), stacks=pyspy_dump(pid))
         if dumps is not None:
             path = files[0].get(rank)

@@ -172,10 +172,10 @@ def _entry(e: Any, where: str) -> FrEntry:
         raise _fail(where, "frames is not a list of dicts")
     dur = e.get("duration_ms")
     return FrEntry(
-        record_id=_int(e["record_id"], where, "record_id"),  # type: ignore[arg-type]
+        record_id=_int(e["record_id"], where, "record_id"),  # type: ignore[arg-type]  # required: never None
         pg_id=_int(e.get("pg_id"), where, "pg_id", required=False),
         pg_name=pg[0], pg_desc=pg[1],
-        collective_seq_id=_int(e["collective_seq_id"], where, "collective_seq_id"),  # type: ignore[arg-type]
+        collective_seq_id=_int(e["collective_seq_id"], where, "collective_seq_id"),  # type: ignore[arg-type]  # required: never None
         p2p_seq_id=_int(e.get("p2p_seq_id"), where, "p2p_seq_id", required=False),
         op_id=_int(e.get("op_id"), where, "op_id", required=False),
         is_p2p=bool(e.get("is_p2p", op in ("send", "recv"))),

@@ -25,9 +25,9 @@ def _schema(table: str) -> pa.Schema:
 
 def _arrow(table: str, rows: list[dict[str, Any]] | list[pa.Table]) -> pa.Table:
     if rows and isinstance(rows[0], pa.Table):
-        return pa.concat_tables(rows)  # type: ignore[arg-type]
+        return pa.concat_tables(rows)
     names = [n for n, _ in HANG_COLUMNS[table]]
-    return pa.table({n: [r.get(n) for r in rows] for n in names},  # type: ignore[union-attr]
+    return pa.table({n: [r.get(n) for r in rows] for n in names},
                     schema=_schema(table))
 
 

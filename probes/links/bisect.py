@@ -104,7 +104,7 @@ def bisect_ranks(n: int, measure: Measure, threshold: float = 1.5, repeats: int 
                            "groups of at least two ranks (4 ranks); use the pair matrix (--pairwise)")
     run = _Runner(measure, threshold, repeats, max_repeats)
     half = n // 2
-    cand, good = list(range(n)), []
+    cand, good = list(range(n)), list[int]()
     a, b = _g(cand[:half]), _g(cand[half:2 * half])
     s = run.compare(a, b)
     v = s.comparison.verdict

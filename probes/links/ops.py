@@ -96,5 +96,10 @@ def build(op: str, nbytes: int, members: tuple[int, ...], rank: int, group: Any,
             for r in reqs:
                 r.wait()
 
-        return Call(exchange, lambda: (recv.zero_(), exchange(), wrong(recv, full(count, peer + 1.0)))[-1], count)
+        def check() -> int:
+            recv.zero_()
+            exchange()
+            return wrong(recv, full(count, peer + 1.0))
+
+        return Call(exchange, check, count)
     raise ValueError(f"op {op!r} is not measured by the probe")

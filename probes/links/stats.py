@@ -85,7 +85,7 @@ def compare_levels(times: np.ndarray, a: list[int], b: list[int], threshold: flo
     if not a or not b or times.shape[1] == 0:
         raise ValueError("compare_levels needs rows on both sides and at least one repeat")
 
-    def ratio(cols: np.ndarray) -> float:
+    def ratio(cols: np.ndarray | np.integer) -> float:
         lv = np.quantile(times[:, cols], LEVEL_Q, axis=1)
         return float(np.median(lv[a]) / max(float(np.median(lv[b])), 1e-12))
 

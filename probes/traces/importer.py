@@ -100,10 +100,10 @@ def _transact(con: duckdb.DuckDBPyConnection, path: Path, trace_id: str, source:
              fmt, producer, len(ranks_rows), events, "\n".join(notes) or None])
         # One statement for the five counts: on a small trace each statement's fixed cost,
         # not the data, is what an import spends its time on.
-        row = con.execute("SELECT " + ", ".join(
+        found = con.execute("SELECT " + ", ".join(
             f"(SELECT count(*) FROM {t} WHERE trace_id = $id)" for t in _EVENT_TABLES),
             {"id": trace_id}).fetchone() or (0,) * len(_EVENT_TABLES)
-        counts = dict(zip(_EVENT_TABLES, map(int, row), strict=True))
+        counts = dict(zip(_EVENT_TABLES, map(int, found), strict=True))
         con.execute("COMMIT")
     except TraceError:
         con.execute("ROLLBACK")

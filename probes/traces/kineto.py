@@ -179,7 +179,7 @@ def insert(con: duckdb.DuckDBPyConnection, trace_id: str, rank_hint: int | None,
            table: str, meta: dict[str, Any]) -> dict[str, Any]:
     """Sort a staged rank file into the trace tables; return its trace_ranks row (as a dict)
     with the event count and format version."""
-    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    dist = found if isinstance(found := meta.get("distributedInfo"), dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) else rank_hint
     rank = 0 if rank is None else rank
     params = {"trace_id": _quote(trace_id), "rank": str(int(rank)), "dtype_bytes": _dtype_case()}

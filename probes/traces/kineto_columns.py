@@ -78,7 +78,7 @@ def read_rank(path: Path, rank_hint: int | None) -> RankEvents:
         finally:
             if enabled:
                 gc.enable()
-    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    dist = found if isinstance(found := meta.get("distributedInfo"), dict) else {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) else rank_hint
     return RankEvents(rank=int(rank or 0), metadata=meta, **cols)
 
@@ -204,13 +204,13 @@ def _fields_from_dicts(doc: Any) -> tuple[_Fields, dict[str, Any]]:
     ev = [e if isinstance(e, dict) else {} for e in events]
     idx = [i for i, e in enumerate(ev) if e.get("ph") == "X"]
     xs = [ev[i] for i in idx]
-    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in xs]
+    args = [found if isinstance(found := e.get("args"), dict) else {} for e in xs]
     return ([_literal(e.get("ts")) for e in ev], idx, [e.get("cat") for e in xs],
             [e.get("name") for e in xs], [e.get("dur") for e in xs],
             [a.get("correlation") for a in args], [a.get("stream") for a in args]), meta
 
 
-def _read_in_python(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def _read_in_python(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     raw = _raw(path)
     try:
         fields, meta = _fields_from_structs(_DECODE(raw))
@@ -231,7 +231,7 @@ def _read_in_python(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     dur = _floats(dur_v)
     cats = _strings(cat)
     # Complete events: `ph: X` with a category, a start and a duration.
-    ok = has_ts[idx] & np.isfinite(dur) & np.not_equal(cats, None)
+    ok = has_ts[idx] & np.isfinite(dur) & np.not_equal(cats, None)  # type: ignore[call-overload]  # numpy's stubs take no None; an object array compares with it element by element
     start = start_all[idx]
     cols = {
         "event_id": idx, "cat": cats, "name": _strings(name), "start_ns": start,
@@ -258,7 +258,7 @@ def _strings(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
     return out
 
 
-def _read_with_duckdb(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def _read_with_duckdb(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     import duckdb
 
     from probes.traces import kineto

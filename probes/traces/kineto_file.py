@@ -46,30 +46,30 @@ class KinetoFile:
 def _open(path: Path) -> BinaryIO:
     with path.open("rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")  # type: ignore[return-value]
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")  # type: ignore[return-value]  # GzipFile reads as a BinaryIO
 
 
 def _rest_is_object_tail(text: str, i: int) -> bool:
     """Is text[i:] `(, "key": value)* }` and then only whitespace?"""
     n = len(text)
     while True:
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]  # _WS matches the empty string: never None
         if i >= n:
             return False
         c = text[i]
         if c == "}":
-            return _WS.match(text, i + 1).end() == n  # type: ignore[union-attr]
+            return _WS.match(text, i + 1).end() == n  # type: ignore[union-attr]  # _WS matches the empty string: never None
         if c != ",":
             return False
-        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # _WS matches the empty string: never None
         if i >= n or text[i] != '"':
             return False
         try:
             _, i = _DECODER.raw_decode(text, i)
-            i = _WS.match(text, i).end()  # type: ignore[union-attr]
+            i = _WS.match(text, i).end()  # type: ignore[union-attr]  # _WS matches the empty string: never None
             if i >= n or text[i] != ":":
                 return False
-            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # _WS matches the empty string: never None
             _, i = _DECODER.raw_decode(text, i)
         except ValueError:
             return False

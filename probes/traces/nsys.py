@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ class _Db:
             rows = self.con.execute(f'SELECT {select} FROM "{table}"').fetchall()
         except sqlite3.DatabaseError as exc:
             raise TraceError(f"corrupt SQLite file: reading {table} failed ({exc})") from None
-        cols = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
+        cols: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
         try:
             return pa.table([pa.array(c, type=t) for c, t in zip(cols, types, strict=True)],
                             schema=schema)
@@ -308,4 +309,4 @@ def _ranks(con: duckdb.DuckDBPyConnection, db: _Db, thread_type: int) -> list[tu
     ranks = [(p, named.get(p)) for p in pids]
     if any(r is None for _, r in ranks) or len({r for _, r in ranks}) < len(ranks):
         return [(p, i) for i, p in enumerate(pids)]
-    return [(p, int(r)) for p, r in ranks]  # type: ignore[arg-type]
+    return [(p, int(r)) for p, r in ranks]  # type: ignore[arg-type]  # none is None: checked above

@@ -42,7 +42,7 @@ def rank_files(path: Path) -> tuple[str, list[tuple[Path, int | None]]]:
     kinds = {_kind(p) for p in files}
     if len(kinds) > 1:
         raise TraceError(f"{path}: mixes Kineto and Nsight files; import them separately")
-    hinted = []
+    hinted: list[tuple[Path, int | None]] = []
     for i, p in enumerate(files):
         m = _RANK_IN_NAME.search(p.name)
         hinted.append((p, int(m.group(1)) if m else i))

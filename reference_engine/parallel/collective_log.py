@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
+from types import FrameType
 from typing import Any
 
 # torch's ScalarType names, as Flight Recorder writes them ("Float", not "torch.float32").
@@ -36,8 +37,8 @@ def dtype_name(dtype: object) -> str:
 
 def caller_frames(skip: int) -> list[dict[str, Any]]:
     """Python frames of the caller, innermost first, as Flight Recorder lists them."""
-    frames = []
-    frame = sys._getframe(skip + 1)
+    frames: list[dict[str, Any]] = []
+    frame: FrameType | None = sys._getframe(skip + 1)
     while frame is not None and len(frames) < _FRAMES_KEPT:
         frames.append({"name": frame.f_code.co_name, "filename": frame.f_code.co_filename,
                        "line": frame.f_lineno})

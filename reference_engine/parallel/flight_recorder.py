@@ -42,7 +42,7 @@ def dump_path(dump_dir: str | os.PathLike[str], rank: int) -> Path:
 def torch_trace() -> dict[str, Any] | None:
     """torch's own recorder dump of this process, or None where it is unavailable."""
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace
+        from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]  # private: in torch's extension, not in its stub
         return pickle.loads(_dump_fr_trace(True, _DUMP_STACKS, False))
     except Exception as exc:  # no recorder in this build, or it refused: use our own log
         log.debug("torch flight recorder unavailable: %s", exc)

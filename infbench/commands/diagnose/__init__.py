@@ -8,6 +8,7 @@ they all share, `show` the terminal rendering."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -43,7 +44,7 @@ def _playbooks() -> None:
 
 # A registered playbook's own verb where it has one (options beyond its options type, a
 # capture, an import, a sweep); every other registered playbook gets the built one.
-CUSTOM_VERBS = {"stalls": verbs.stalls, "mbu": verbs.mbu, "replicas": verbs.replicas,
+CUSTOM_VERBS: dict[str, Callable[..., None]] = {"stalls": verbs.stalls, "mbu": verbs.mbu, "replicas": verbs.replicas,
                 "startup": verbs.startup, "memory": memory.memory, "hang": hang.hang}
 
 app.command("all")(triage.triage)

@@ -31,6 +31,8 @@ def cap_sweep(db: Path, run_ref: str, url: str | None, duration: float,
     if not x or x["cap"] < 1 or x["observed_concurrency"] <= x["cap"]:
         print_warning("--test-cap: the KV pool did not run out above a cap; nothing to test")
         return diag.run_id, None
+    if row is None:  # the run was diagnosed, so its row is there
+        raise ValueError(f"run {diag.run_id}: no longer in the store")
     cfg = json.loads(row[0])
     wl_cfg, target_cfg = cfg.get("workload") or {}, cfg.get("target") or {}
     if wl_cfg.get("workload") != "synthetic":

@@ -6,6 +6,7 @@ them is `render`'s job. Every figure comes from the result; nothing is recompute
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infbench.specs import GpuSpec, ModelSpec
@@ -25,7 +26,7 @@ class Section:
     """One table: a title, column names and rows of literal strings."""
 
     title: str
-    rows: list[tuple[str, ...]]
+    rows: Sequence[tuple[str, ...]]  # each row as many strings as there are columns
     columns: tuple[str, ...] = TERMS
     right: tuple[int, ...] = (1,)  # right-justified columns
 

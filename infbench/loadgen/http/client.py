@@ -49,7 +49,7 @@ class RawResponse:
     error_message: str | None = None
 
 
-class TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class TimedSelector(selectors.DefaultSelector):
     """Remembers when `select()` last returned.
 
     Every read handed out by one `select()` was in the kernel by then; the loop then runs

@@ -83,7 +83,7 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream connection's is an asyncio.Transport; the callback's signature names the base class
         self.reusable = True
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -202,7 +202,7 @@ class Connection(asyncio.Protocol):
         status = int(parts[1])
         if 100 <= status < 200:
             return False
-        headers = {}
+        headers: dict[str, str] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if not sep:

@@ -27,7 +27,7 @@ __all__ = ["Connection", "Exchange", "Pool", "ProtocolError", "stamp_clock"]
 def stamp_clock(sock: socket.socket, fallback: Callable[[], int]) -> Callable[[], int]:
     """The arrival time of the latest read: the kernel's stamp where the socket carries one."""
     if hasattr(sock, "rx_ns"):
-        return lambda: sock.rx_ns or fallback()  # type: ignore[attr-defined]
+        return lambda: sock.rx_ns or fallback()
     return fallback
 
 
@@ -129,7 +129,7 @@ class Pool:
                 return conn
             ex = Exchange()
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            ex.on_end = lambda: done.done() or done.set_result(None)
+            ex.on_end = lambda: None if done.done() else done.set_result(None)
             conn.send(warm_request, ex)
             try:
                 async with asyncio.timeout(self.timeout_s):

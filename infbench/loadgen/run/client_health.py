@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 _TICK_S = 0.010
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -54,7 +56,7 @@ class HealthMonitor:
             if lag_ms > self._lag_max_ms:
                 self._lag_max_ms = lag_ms
 
-    async def run(self, on_sample: callable) -> None:  # type: ignore[valid-type]
+    async def run(self, on_sample: Callable[[Any], None]) -> None:
         ticker = asyncio.create_task(self._ticker())
         try:
             wall, cpu = time.monotonic(), time.process_time()

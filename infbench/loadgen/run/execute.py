@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.loadgen.cache_share import prefix_cache_check
 from infbench.loadgen.fingerprint import store_fingerprint
@@ -29,9 +29,12 @@ from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads.base import Workload
 from infbench.store import BatchWriter, create_run, finish_run, new_run_id, open_store
 
+if TYPE_CHECKING:
+    from infbench.loadgen.workers.coordinator import Coordinator
+
 STORE_MEMORY_LIMIT = "64MB"
 
-ProgressHook = Callable[[LiveStats, RunSettings], Awaitable[None]]
+ProgressHook = Callable[[LiveStats, RunSettings], Coroutine[Any, Any, None]]
 
 
 @dataclass
@@ -44,7 +47,7 @@ class RunResult:
     triggers: list[Trigger] = field(default_factory=list)  # the live watch's, in order
 
 
-async def _drive(runner: Runner, settings: RunSettings, progress: ProgressHook | None) -> tuple[RunOutcome, str | None]:
+async def _drive(runner: Runner | Coordinator, settings: RunSettings, progress: ProgressHook | None) -> tuple[RunOutcome, str | None]:
     loop = asyncio.get_running_loop()
     caught: list[str] = []
 
@@ -105,9 +108,11 @@ def execute_run(
         create_run(con, run_id=run_id, config=config, target_url=settings.url, model=settings.model,
                    endpoint=settings.endpoint, t0_monotonic_ns=t0)
         writer = BatchWriter(con, run_id)
-        many = scale is not None and scale.active
-        runner = (scale.coordinator(settings, workload, writer, t0) if many
-                  else Runner(settings, workload, writer, t0, watch=watch))
+        coordinator = (scale.coordinator(settings, workload, writer, t0)
+                       if scale is not None and scale.active else None)
+        runner: Runner | Coordinator = (
+            coordinator if coordinator is not None
+            else Runner(settings, workload, writer, t0, watch=watch))
         try:
             outcome, sig = run_timed(_drive(runner, settings, progress))
         except BaseException as exc:
@@ -116,13 +121,13 @@ def execute_run(
                 _set_t0(con, run_id, runner.t0_ns)
             finally:
                 reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                finish_run(con, run_id, status=status, reason=reason[:500])
+                ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                finish_run(con, run_id, status=ended, reason=reason[:500])
             raise
         writer.close()
         # The runner restarts its clock after opening connections; rows are relative to that.
         _set_t0(con, run_id, runner.t0_ns)
-        workers = record_workers(con, run_id, runner) if many else None
+        workers = record_workers(con, run_id, coordinator) if coordinator is not None else None
         mark_cooldown(con, run_id, outcome.last_send_ns, settings.cooldown_s)
         a = settings.arrivals
         summary = summarize(con, run_id, slo, open_loop_uncapped=a.kind != "closed" and a.concurrency == 0)
@@ -143,9 +148,9 @@ def execute_run(
         summary["warnings"].extend(config.get("workload_warnings") or [])
         summary["scrapes"] = outcome.scrapes
         summary["scrape_errors"] = outcome.scrape_errors
-        if workers is not None:  # which worker sent what, lost what, and its clock
+        if workers is not None and coordinator is not None:  # which worker sent what, lost what, and its clock
             summary["workers"] = workers
-            summary["warnings"].extend(worker_warnings(workers, runner))
+            summary["warnings"].extend(worker_warnings(workers, coordinator))
         if settings.replicas:  # a fleet run: per replica and for the fleet
             summary["fleet"] = fleet_summary(con, run_id, settings.replicas, settings.route,
                                              outcome.replica_scrapes)

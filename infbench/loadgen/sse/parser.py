@@ -16,6 +16,7 @@ a server may send the last two long after the last token.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from infbench.loadgen.sse.events import (
     ParsedStream,
@@ -66,7 +67,9 @@ class StreamParser:
             self._event(ev, t_ns, ridx)
 
     def _event(self, ev: bytes, t_ns: int, ridx: int) -> None:
-        out = self.out
+        # Any: this parser's ParsedStream holds lists (its columns are arrays only when
+        # FastParser fills it), which the type of the field cannot say
+        out: Any = self.out
         seq = len(out.seq)
         payload = b""
         if ev.startswith(b"data:") and b"\n" not in ev:

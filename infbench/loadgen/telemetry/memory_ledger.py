@@ -21,7 +21,7 @@ Series with several label sets (data-parallel engines, several models) are summe
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _SUM: dict[str, tuple[str, ...]] = {
@@ -45,7 +45,7 @@ _INT_COLUMNS = ("num_running", "num_waiting", "preemptions_total", "requests_fin
                 "process_rss_bytes", "allocator_allocated_bytes", "allocator_reserved_bytes")
 
 
-def memory_row(cols: dict[str, Sequence[Any]]) -> dict[str, Any] | None:
+def memory_row(cols: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
     """The memory row of one scrape given as metric_samples columns (t_ns, name, labels,
     value), or None when the scrape had none of these series."""
     names, labels, values = cols["name"], cols["labels"], cols["value"]

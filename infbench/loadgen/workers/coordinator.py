@@ -144,8 +144,8 @@ class Coordinator:
             for w in range(self.backend.count):
                 self._handles.append(self.backend.make(w, post, self._on_batch))
             for st, h in zip(self.workers, self._handles, strict=True):
-                st.clock = await loop.run_in_executor(None, h.clock, self._rounds)
-                job = WorkerJob(st.worker, self.settings, self.workload, self.plan, st.clock.applied_ns)
+                st.clock = clock = await loop.run_in_executor(None, h.clock, self._rounds)
+                job = WorkerJob(st.worker, self.settings, self.workload, self.plan, clock.applied_ns)
                 await loop.run_in_executor(None, h.start, job)
             await self._pump(inbox, until=lambda: all(s.ready or s.status for s in self.workers),
                              timeout_s=_READY_TIMEOUT_S)

@@ -159,9 +159,13 @@ async def _work(job: WorkerJob, send: Send, control: Control, shipper: Shipper) 
         return t0
 
     settings = worker_settings(job.settings, job.plan, job.worker)
-    runner = Runner(settings, _Share(job, tags), shipper, time.monotonic_ns(),  # type: ignore[arg-type]
+    runner = Runner(settings, _Share(job, tags), shipper, time.monotonic_ns(),  # type: ignore[arg-type]  # _Share and the shipper are duck-typed Workload and BatchWriter
                     start=start, index=index_hook(tags, job.plan.turns))
-    control.on_stop(lambda reason: loop.call_soon_threadsafe(runner.interrupt, reason))
+
+    def stop(reason: str) -> None:
+        loop.call_soon_threadsafe(runner.interrupt, reason)
+
+    control.on_stop(stop)
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:  # a terminal's Ctrl-C reaches every worker: each stops as one process would

@@ -111,7 +111,7 @@ def build_workload(
             raise ValueError(f"time_scale: must be > 0, got {time_scale:g}")
         if trace_start < 0 or (trace_end is not None and trace_end < trace_start):
             raise ValueError("trace_start/trace_end: need 0 <= --trace-start <= --trace-end")
-        wl = Trace(trace, tokens, time_scale, trace_start, trace_end)
-        wl.load()
-        return wl
+        replay = Trace(trace, tokens, time_scale, trace_start, trace_end)
+        replay.load()
+        return replay
     raise ValueError(f"workload: {kind!r} is not one of {', '.join(WORKLOADS)}")

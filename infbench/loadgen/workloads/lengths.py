@@ -30,7 +30,8 @@ class LengthDist:
                 kind, *nums = parts
                 if kind not in KINDS or len(nums) != (1 if kind == "fixed" else 2):
                     raise ValueError
-                dist = cls(kind, *(float(x) for x in nums))
+                values = [float(x) for x in nums]
+                dist = cls(kind, values[0], values[1] if len(values) > 1 else 0.0)
         except ValueError:
             raise ValueError(
                 f"{field}: {text!r} is not a length (e.g. 512, uniform:128:1024, "

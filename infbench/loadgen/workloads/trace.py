@@ -137,7 +137,7 @@ def _jsonl(fh: Any, name: str) -> Iterator[Any]:
         n += 1
         try:
             yield json.loads(line.strip())
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise ValueError(f"trace: {name} row {n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
