@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -44,6 +43,7 @@ from neighbour import busy_neighbour
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from infbench.http_client import request  # noqa: E402
 from infbench.loadgen.arrivals import Arrivals  # noqa: E402
 from infbench.loadgen.http.client import run_timed  # noqa: E402
 from infbench.loadgen.run.runner import Runner, RunSettings  # noqa: E402
@@ -203,7 +203,8 @@ def ceiling(streams: int, tokens: int, per_stream: int, burst: int, rounds: int 
 
 
 # A Prometheus stand-in in its own process: GET the exposition every `interval` seconds,
-# count the answers, print the count when terminated.
+# count the answers, print the count when terminated. The standard library's client, as an
+# outside scraper would be: it loads nothing of infbench beside the run it scrapes.
 _SCRAPER = """
 import signal, sys, time, urllib.request
 url, interval, ok = sys.argv[1], float(sys.argv[2]), [0]
@@ -387,8 +388,8 @@ def ttft_overhead(streams: int, tokens: int, itl_ms: float, neighbour: bool = Fa
         run_timed(runner.run())
         writer.close()
         t0 = runner.t0_ns  # the runner restarts its clock once connections are open
-        truth = json.loads(urllib.request.urlopen(url + "/_log").read())
-        arrivals = json.loads(urllib.request.urlopen(url + "/_arrivals").read())
+        truth = json.loads(request("GET", url + "/_log", timeout_s=30).body)
+        arrivals = json.loads(request("GET", url + "/_arrivals", timeout_s=30).body)
         rows = con.execute("SELECT server_request_id, send_ns + ?, first_content_ns + ?, request_idx FROM requests "
                            "WHERE error_class IS NULL", [t0, t0]).fetchall()
         itl = con.execute("SELECT r.server_request_id, list(i.itl_ms ORDER BY i.seq), list(i.raw_itl_ms ORDER BY i.seq) "
