@@ -44,8 +44,9 @@ def _playbooks() -> None:
 
 # A registered playbook's own verb where it has one (options beyond its options type, a
 # capture, an import, a sweep); every other registered playbook gets the built one.
-CUSTOM_VERBS: dict[str, Callable[..., None]] = {"stalls": verbs.stalls, "mbu": verbs.mbu, "replicas": verbs.replicas,
-                "startup": verbs.startup, "memory": memory.memory, "hang": hang.hang}
+CUSTOM_VERBS: dict[str, Callable[..., None]] = {
+    "stalls": verbs.stalls, "mbu": verbs.mbu, "replicas": verbs.replicas, "startup": verbs.startup,
+    "memory": memory.memory, "hang": hang.hang}
 
 app.command("all")(triage.triage)
 for _pb in PLAYBOOKS:
