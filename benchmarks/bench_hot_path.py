@@ -242,11 +242,13 @@ def main() -> int:
                 outcome, reason, est = verdict(head.cpu_per_chunk_us, base.cpu_per_chunk_us, args.limit)
                 if not args.gate or outcome != "inconclusive" or rounds >= args.max_rounds:
                     break
-    lines = [f"# Hot path: head ({args.head}) vs base ({base_rev}), client CPU per streamed chunk", "",
+    head_name = args.head if args.head != "." else "working tree at " + subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines = [f"# Hot path: head ({head_name}) vs base ({base_rev[:12]}), client CPU per streamed chunk", "",
              f"Command: `python benchmarks/bench_hot_path.py {' '.join(sys.argv[1:])}` · {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC  ",
              f"Machine: {describe()}  ",
              f"Mock: zero delay, one event per write; {args.streams} streams, {args.requests} requests x {args.tokens} tokens per run; "
-             f"start-up (a one-request run of the same client) subtracted.", "", *table(clients), "",
+             f"each build's median start-up CPU (one-request runs of the same client) subtracted.", "", *table(clients), "",
              f"head / base CPU per chunk: {est[0] + 1:.3f} (95% interval {est[1] + 1:.3f} .. {est[2] + 1:.3f}), "
              f"limit +{args.limit:.0%}: **{outcome}** ({reason})."]
     if args.bench_serve:
