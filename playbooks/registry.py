@@ -34,6 +34,7 @@ from playbooks.links import LinksOptions, diagnose_links
 from playbooks.mbu import MbuOptions, diagnose_mbu
 from playbooks.memory import MemoryOptions, diagnose_memory
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
+from playbooks.specdec import SpecdecOptions, diagnose_specdec
 from playbooks.stalls import StallOptions, diagnose_stalls
 from playbooks.startup import StartupOptions, diagnose_startup
 from playbooks.structured import StructuredOptions, diagnose_structured
@@ -42,7 +43,7 @@ from playbooks.structured import StructuredOptions, diagnose_structured
 # needs some of these (one that reads a kind of row not counted yet adds it to both).
 ROW_KINDS = ("requests", "content_chunks", "engine_steps", "metric_samples", "memory_samples",
              "gpu_samples", "client_samples", "hang_captures", "startup_logs", "traces",
-             "configs", "link_probes", "structured_requests")
+             "configs", "link_probes", "structured_requests", "spec_decode_samples")
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,15 @@ PLAYBOOKS: tuple[Playbook, ...] = (
                   "waits (against the requests that found their schema compiled) and the token mask\n"
                   "every step pays, blocking the step or overlapping the forward pass (from the step\n"
                   "log where the engine keeps one); the fix (runbook: playbooks/structured/structured.md)."),
+    Playbook("specdec", SpecdecOptions, diagnose_specdec,
+             Needs("speculative decoding counters (vllm:spec_decode_*) in the run's scrapes",
+                   "no speculative decoding counters (the engine did not speculate)",
+                   rows=("spec_decode_samples",)),
+             help="Speculative decoding from the engine's counters: acceptance rate, mean accepted\n"
+                  "length and acceptance per draft position (an interval holding an engine restart\n"
+                  "left out and said), tokens per step the clients saw; with --baseline, the speed-up\n"
+                  "per batch size and the batch from which it costs throughput (runbook:\n"
+                  "playbooks/specdec/specdec.md)."),
 )
 
 BY_NAME: dict[str, Playbook] = {p.name: p for p in PLAYBOOKS}

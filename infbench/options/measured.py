@@ -84,6 +84,7 @@ class WorkloadOptions(OptionGroup):
     schemas: int | None = option(None, help="structured: send K generated JSON schemas (each request picks one) instead of the three fixed ones.")
     schema_fields: str | None = option(None, help=f"structured with --schemas: properties per schema, {DEFAULT_SCHEMA_FIELDS} or uniform:LOW:HIGH for a mix of sizes (default {DEFAULT_SCHEMA_FIELDS}).")
     new_schemas: float | None = option(None, help="structured with --schemas: share of the schemas new to this run, cold on any engine (default 1); the rest are the same text in every run, so an engine that served an earlier run has them compiled.")
+    prompt_text: str = option("salted", help="synthetic: the prompts' text, salted (words drawn at random: n-gram speculative drafts find little to copy) or repetitive (one phrase repeated: what they hit).")
 
     def spec(self) -> WorkloadSpec:
         return WorkloadSpec.parse(
@@ -91,7 +92,7 @@ class WorkloadOptions(OptionGroup):
             prefix_tokens=self.prefix_tokens, turns=self.turns, dataset=self.dataset,
             trace=self.trace, time_scale=self.time_scale, trace_start=self.trace_start,
             trace_end=self.trace_end, schemas=self.schemas, schema_fields=self.schema_fields,
-            new_schemas=self.new_schemas)
+            new_schemas=self.new_schemas, prompt_text=self.prompt_text)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from infbench.loadgen.workloads import Workload
 from infbench.loadgen.workloads.build import build_workload
 from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.schemas import SchemaMix
+from infbench.loadgen.workloads.synthetic import PROMPT_TEXTS
 from probes.gpu.run_probe import DEFAULT_INTERVAL_S as GPU_INTERVAL_S
 from probes.prometheus.client import PrometheusClient, connect
 
@@ -106,6 +107,7 @@ class WorkloadSpec:
     trace_start: float = 0.0
     trace_end: float | None = None
     schemas: SchemaMix | None = None  # structured: generated schemas (workloads/schemas.py)
+    prompt_text: str = "salted"  # synthetic: salted or repetitive text (workloads/synthetic.py)
 
     @classmethod
     def parse(cls, kind: str, input_tokens: str, output_tokens: str | None, *,
@@ -113,12 +115,16 @@ class WorkloadSpec:
               turns: int = DEFAULT_TURNS, dataset: Path | None = None, trace: Path | None = None,
               time_scale: float = 1.0, trace_start: float = 0.0,
               trace_end: float | None = None, schemas: int | None = None,
-              schema_fields: str | None = None, new_schemas: float | None = None) -> WorkloadSpec:
+              schema_fields: str | None = None, new_schemas: float | None = None,
+              prompt_text: str = "salted") -> WorkloadSpec:
         """Lengths as `--input-tokens`/`--output-tokens` give them (512, uniform:LOW:HIGH, ...)."""
+        if prompt_text not in PROMPT_TEXTS:  # before a bundled engine is started for nothing
+            raise ValueError(f"prompt_text: must be one of {', '.join(PROMPT_TEXTS)}, "
+                             f"got {prompt_text!r}")
         return cls(kind, LengthDist.parse(input_tokens, "input_tokens"),
                    None if output_tokens is None else LengthDist.parse(output_tokens, "output_tokens"),
                    prefix_groups, prefix_tokens, turns, dataset, trace, time_scale, trace_start,
-                   trace_end, schema_mix(schemas, schema_fields, new_schemas))
+                   trace_end, schema_mix(schemas, schema_fields, new_schemas), prompt_text)
 
     def build(self, target: Target) -> Workload:
         """The workload for this target (its token model sizes the prompts), files read."""
@@ -126,7 +132,8 @@ class WorkloadSpec:
             self.kind, input_len=self.input_len, output_len=self.output_len, target=target,
             prefix_groups=self.prefix_groups, prefix_tokens=self.prefix_tokens, turns=self.turns,
             dataset=self.dataset, trace=self.trace, time_scale=self.time_scale,
-            trace_start=self.trace_start, trace_end=self.trace_end, schemas=self.schemas)
+            trace_start=self.trace_start, trace_end=self.trace_end, schemas=self.schemas,
+            prompt_text=self.prompt_text)
 
 
 def schema_mix(count: int | None, fields: str | None, new_share: float | None) -> SchemaMix | None:

@@ -36,11 +36,13 @@ SELECT (SELECT count(*) FROM requests WHERE run_id = $run_id) AS requests,
        (SELECT count(*) FROM link_probes WHERE run_id = $run_id) AS link_probes,
        (SELECT count(*) FROM requests JOIN runs USING (run_id) WHERE run_id = $run_id
           AND json_extract_string(runs.config, '$.workload.workload') = 'structured')
-           AS structured_requests
+           AS structured_requests,
+       (SELECT count(*) FROM metric_samples WHERE run_id = $run_id
+          AND starts_with(name, 'vllm:spec_decode_')) AS spec_decode_samples
 """
 _COUNTS = ("requests", "content_chunks", "replicas", "engine_steps", "metric_samples",
            "memory_samples", "gpu_samples", "client_samples", "hang_captures", "startup_logs",
-           "traces", "configs", "link_probes", "structured_requests")
+           "traces", "configs", "link_probes", "structured_requests", "spec_decode_samples")
 
 # source -> (the question it settles, verdicts that leave that question open)
 QUESTIONS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from infbench.store import open_store
-from playbooks.specdec import SpecdecOptions, diagnose_specdec
+from playbooks.specdec import diagnose_specdec
 from playbooks.specdec.speedup import bucket_of
 from tests.e2e.engine_process import FAST_FLAGS, launch, running_engine, stop
 from tests.support.cli import ROOT, cli_env, infbench
@@ -154,15 +154,17 @@ def test_the_batch_size_where_speculation_stops_paying(tmp_path: Path) -> None:
     con = open_store(db)
     try:
         runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY created_at").fetchall()]
-        diag = diagnose_specdec(con, runs[0], SpecdecOptions(baseline=runs[1]))
     finally:
         con.close()
-    (f,) = [f for f in diag.findings if f.verdict == "spec_costs_throughput"]
-    found = f.scope["batch_size_from"]
+    r = infbench("diagnose", "specdec", runs[0], "--baseline", runs[1], "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    findings = json.loads(r.stdout)["findings"]
+    (f,) = [f for f in findings if f["verdict"] == "spec_costs_throughput"]
+    found = f["scope"]["batch_size_from"]
     # the engine's own step log, stored with the run, gives the counters' acceptance
-    acc = next(f for f in diag.findings if f.verdict in ("spec_acceptance", "spec_low_acceptance"))
-    counted = next(e.values for e in acc.evidence if e.name == "spec_decode_counters")
-    logged = next(e.values for e in acc.evidence if e.name == "engine_step_log")
+    acc = next(f for f in findings if f["verdict"] in ("spec_acceptance", "spec_low_acceptance"))
+    counted = next(e["values"] for e in acc["evidence"] if e["name"] == "spec_decode_counters")
+    logged = next(e["values"] for e in acc["evidence"] if e["name"] == "engine_step_log")
     assert logged["acceptance_rate"] == pytest.approx(counted["acceptance_rate"], rel=0.01)
     assert abs(found.bit_length() - truth_from.bit_length()) <= 1, (found, ratios)
 

@@ -72,3 +72,13 @@ def test_bad_prompt_text_is_refused_naming_the_option(kind: str, prompt_text: st
 def test_describe_says_the_prompt_text_only_when_not_the_default() -> None:
     assert _workload("synthetic", "repetitive").describe()["prompt_text"] == "repetitive"
     assert "prompt_text" not in _workload("synthetic", "salted").describe()
+
+
+def test_the_run_options_carry_the_prompt_text_to_the_workload() -> None:
+    from infbench.pipeline.request import WorkloadSpec
+
+    spec = WorkloadSpec.parse("synthetic", "300", "20", prompt_text="repetitive")
+    target = Target("http://127.0.0.1:1", "m", ["m"], TokenModel(1.4, 3.0, "measured"), True, None, None)
+    assert spec.build(target).describe()["prompt_text"] == "repetitive"
+    with pytest.raises(ValueError, match="prompt_text: must be one of salted, repetitive, got 'x'"):
+        WorkloadSpec.parse("synthetic", "300", "20", prompt_text="x")

@@ -225,3 +225,16 @@ def test_intervals_overlapping_a_prefill_are_left_out(tmp_path: Path) -> None:
     t = throughput_by_batch(con, "r", "metrics")
     assert t.buckets[32].tokens_per_s == pytest.approx(1200.0, rel=1e-6)
     assert t.prefill_intervals == 9
+
+
+def test_the_triage_runs_it_only_where_the_engine_speculated(tmp_path: Path) -> None:
+    from playbooks.triage.inventory import take_inventory
+
+    con = new_store(tmp_path, ("plain", "spec"))
+    con.execute("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
+                "VALUES ('plain', 0, 'metrics', 'vllm:num_requests_running', '', 3)")
+    d = Drafter(2, 0.5, np.random.default_rng(8))
+    d.snapshot(con, "spec", 0.0)
+    assert "specdec" in take_inventory(con, "spec", {}, "m").run
+    skipped = take_inventory(con, "plain", {}, "m").skipped
+    assert skipped["specdec"] == "no speculative decoding counters (the engine did not speculate)"
