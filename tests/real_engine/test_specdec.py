@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from infbench.store import open_store
-from playbooks.specdec import diagnose_specdec
 from tests.real_engine.conftest import infbench, metric, ok, start
 from tools.real_vllm.server import VllmServer
 
@@ -35,13 +34,13 @@ def vllm_spec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
 def test_acceptance_from_the_scrapes_is_vllms_own(vllm_spec: VllmServer, tmp_path: Path) -> None:
     db = tmp_path / "sd.duckdb"
     ok(infbench("run", "--url", vllm_spec.url, "--db", str(db), "--quiet",
-                "--input-tokens", "200", "--output-tokens", "40",
+                "--prompt-text", "repetitive", "--input-tokens", "200", "--output-tokens", "40",
                 "--num-requests", "12", "--arrival", "closed", "--concurrency", "3",
                 "--scrape-interval", "0.5"))
     final = {name: metric(vllm_spec, name) for name in COUNTERS}
+    diag = json.loads(ok(infbench("diagnose", "specdec", "last", "--db", str(db), "--json")))
     con = open_store(db)
     try:
-        diag = diagnose_specdec(con, "last").to_dict()
         # what the server had counted when the run's window opened (preflight's probes)
         at_open = dict(con.execute(
             "SELECT name, arg_min(value, t_ns) FROM metric_samples WHERE source = 'metrics' "
