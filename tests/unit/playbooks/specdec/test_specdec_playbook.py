@@ -238,3 +238,24 @@ def test_the_triage_runs_it_only_where_the_engine_speculated(tmp_path: Path) -> 
     assert "specdec" in take_inventory(con, "spec", {}, "m").run
     skipped = take_inventory(con, "plain", {}, "m").skipped
     assert skipped["specdec"] == "no speculative decoding counters (the engine did not speculate)"
+
+
+def test_vllms_created_series_and_engine_label_are_read_as_vllm_writes_them(tmp_path: Path) -> None:
+    # vLLM 0.32 writes each counter with an engine label and a `_created` gauge beside it
+    # (prometheus_client's): the timestamps must not be read as counts.
+    con = new_store(tmp_path)
+    rows = []
+    for i, (drafts, tokens, accepted, pos) in enumerate([(0, 0, 0, (0, 0)), (10, 20, 13, (8, 5)),
+                                                         (30, 60, 33, (20, 13))]):
+        t, lab = int(i * 1e9), 'engine="0",model_name="tiny-llama"'
+        for name, v in (("num_drafts", drafts), ("num_draft_tokens", tokens),
+                        ("num_accepted_tokens", accepted)):
+            rows += [("r", t, "metrics", f"{P}{name}_total", lab, float(v)),
+                     ("r", t, "metrics", f"{P}{name}_created", lab, 1.79e9)]
+        rows += [("r", t, "metrics", f"{P}num_accepted_tokens_per_pos_total",
+                  f'{lab},position="{p}"', float(n)) for p, n in enumerate(pos)]
+    con.executemany("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", rows)
+    v = acceptance(diagnose_specdec(con, "r"))
+    assert (v["drafts"], v["draft_tokens"], v["accepted_tokens"]) == (30, 60, 33)
+    assert v["acceptance_rate"] == pytest.approx(0.55) and v["num_speculative_tokens"] == 2
