@@ -165,7 +165,9 @@ def _step_log_evidence(con: duckdb.DuckDBPyConnection, run_id: str, finding: Fin
     finding.evidence.append(Evidence(
         "engine_step_log", {"drafting_steps": int(steps), "draft_tokens": int(drafted),
                             "accepted_tokens": int(accepted),
-                            "acceptance_rate": _r(accepted / drafted)}, sql))
+                            "acceptance_rate": _r(accepted / drafted)}, sql,
+        note="the engine's own step log as scraped; after an engine restart its first steps "
+             "are not (the step ids start again)"))
 
 
 def diagnose_specdec(con: duckdb.DuckDBPyConnection, run_ref: str,
