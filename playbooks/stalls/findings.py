@@ -165,7 +165,8 @@ def engine_wide_finding(ev: Events, idx: np.ndarray, gaps: GapIndex, per: Period
     return Finding("periodic_engine_stall" if periodic else "engine_wide_stall",
                    "Periodic engine-wide stall" if periodic else "Engine-wide stall",
                    0.9 if has_steps else 0.7,
-                   severity(tail, whole.median_gap_ms / base.median_ms, whole.lost_share),
+                   severity(tail, whole.median_gap_ms / base.median_ms, whole.lost_share,
+                            None if periodic else len(idx)),
                    summary, evidence, actions)
 
 

@@ -11,6 +11,7 @@ and a few per cent of steps slowed by host hiccups below the stall threshold.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 from infbench.store import open_store
 from playbooks import Diagnosis, diagnose_stalls
 from playbooks.findings import Finding
-from playbooks.stalls.damage import severity
+from playbooks.stalls.damage import poisson_rate_low, severity
 from playbooks.stalls.tail import Tail
 from tests.support.synthetic_runs import write_timeline
 
@@ -192,3 +193,37 @@ def test_wall_time_lost_sets_severity_where_p99_misses_the_pauses(lost: float, e
     assert body.p99_gain == 1.0
     assert severity(body, 6.0, lost) == expected
     assert severity(body, 6.0) == "info"
+
+
+def test_the_poisson_lower_bound_is_the_chi_square_one() -> None:
+    # P(X >= n | mu) = 0.1 at the 90% bound; for n = 1 that is -ln(0.9).
+    assert poisson_rate_low(1) == pytest.approx(-math.log(0.9), rel=1e-6)
+    for n, chi2_half in ((2, 0.5318), (5, 2.4326), (10, 6.2213)):  # chi2(0.10, 2n) / 2
+        assert poisson_rate_low(n) == pytest.approx(chi2_half, rel=1e-3)
+    assert poisson_rate_low(0) == 0.0
+
+
+@pytest.mark.parametrize(("lost", "magnitude"), [(0.0193, 22.5), (0.04, 35.0), (0.09, 60.0)])
+def test_one_irregular_pause_is_not_a_rate(lost: float, magnitude: float) -> None:
+    """One host hiccup beside a busy neighbour (CI: 157 ms, 22x the ITL, 1.9% of a 7.7 s
+    run) says nothing about how often it recurs: info, unless it moves p99."""
+    body = Tail(18.0, 18.0, 0.02, 90, "", 18.0)
+    assert severity(body, magnitude, lost) in ("warning", "critical")  # as a fitted period would read
+    assert severity(body, magnitude, lost, irregular_events=1) == "info"
+    moved = Tail(60.0, 20.0, 0.6, 90, "", 20.0)  # the one pause holds the tail: p99 x3
+    assert severity(moved, magnitude, lost, irregular_events=1) == "critical"
+
+
+@pytest.mark.parametrize(("events", "lost", "expected"), [(2, 0.02, "info"), (2, 0.05, "warning"),
+                                                          (10, 0.018, "warning"), (25, 0.013, "info"),
+                                                          (40, 0.09, "critical")])
+def test_irregular_pauses_are_judged_on_the_rate_they_could_recur_at(events: int, lost: float,
+                                                                     expected: str) -> None:
+    body = Tail(18.0, 18.0, 0.01, 90, "", 18.0)
+    assert severity(body, 6.0, lost, irregular_events=events) == expected
+
+
+def test_two_irregular_freezes_are_a_freeze_one_is_not() -> None:
+    body = Tail(18.0, 18.0, 0.01, 90, "", 18.0)
+    assert severity(body, 25.0, 0.0, irregular_events=2) == "warning"
+    assert severity(body, 25.0, 0.0, irregular_events=1) == "info"
