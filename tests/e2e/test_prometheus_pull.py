@@ -211,3 +211,35 @@ def test_a_selector_matching_nothing_warns_in_the_run_summary(
     assert summary["completed"] == 10 and summary["status"] == "completed"
     (warning,) = [w for w in summary["warnings"] if "Prometheus" in w]
     assert "no series matched" in warning and "client data is complete" in warning
+
+
+def test_each_sweep_point_pulls_its_own_window(stack: tuple[EngineProcess, PrometheusServer],
+                                               tmp_path: Path) -> None:
+    """A sweep point is recorded as a run is, the Prometheus pull included: each point's run
+    gets its own pull over its own window, not the sweep's and not another point's."""
+    engine, prom = stack
+    db = tmp_path / "s.duckdb"
+    r = infbench("sweep", "--url", engine.url, "--db", str(db), "--mode", "concurrency",
+                 "--points", "1,3", "--duration", "1.5", "--input-tokens", "64",
+                 "--output-tokens", "uniform:8:24", "--scrape-interval", "0.5",
+                 "--prometheus", prom.url, "--json", timeout=240)
+    assert r.returncode == 0, r.stderr
+    points = store_rows(db, "SELECT p.point_idx, p.run_id, r.summary FROM sweep_points p "
+                            "JOIN runs r USING (run_id) ORDER BY p.point_idx")
+    assert len(points) == 2
+    windows = []
+    for _, run_id, summary in points:
+        assert json.loads(summary)["prometheus"]["status"] == "ok", summary
+        (pull,) = store_rows(db, "SELECT start_unix_s, end_unix_s FROM prometheus_pulls "
+                                 "WHERE run_id = ?", [run_id])
+        windows.append(pull)
+        names = {n for (n,) in store_rows(db, "SELECT DISTINCT name FROM metric_samples WHERE "
+                                             "source = 'prometheus' AND run_id = ?", [run_id])}
+        assert {"vllm:num_requests_running", "vllm:generation_tokens_total"} <= names, sorted(names)
+        # The window covers this point's requests.
+        lo, hi = store_rows(db, "SELECT min(t_ns), max(t_ns) FROM metric_samples WHERE "
+                                "source = 'prometheus' AND run_id = ?", [run_id])[0]
+        (last_end,) = store_rows(db, "SELECT max(end_ns) FROM requests WHERE run_id = ?", [run_id])[0]
+        assert lo < 0 < last_end < hi
+    # One window per point, the second point's later than the first's.
+    assert windows[1][0] > windows[0][0] and windows[1][1] > windows[0][1]
