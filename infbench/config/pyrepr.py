@@ -66,28 +66,28 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"
 
 class _Reader:
     def __init__(self, text: str) -> None:
-        self.s = text
-        self.i = 0
+        self.text = text
+        self.pos = 0
 
     def fail(self, message: str, at: int | None = None) -> ReprError:
-        at = self.i if at is None else at
-        return ReprError(message, at, truncated=at >= len(self.s))
+        at = self.pos if at is None else at
+        return ReprError(message, at, truncated=at >= len(self.text))
 
     def ws(self) -> None:
-        while self.i < len(self.s) and self.s[self.i].isspace():
-            self.i += 1
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
 
     def peek(self) -> str:
-        return self.s[self.i] if self.i < len(self.s) else ""
+        return self.text[self.pos] if self.pos < len(self.text) else ""
 
     def expect(self, ch: str, opened: int) -> None:
         self.ws()
-        if self.i >= len(self.s):
+        if self.pos >= len(self.text):
             raise self.fail(f"text ends before the {ch!r} closing the value opened at offset {opened}")
-        if self.s[self.i] != ch:
+        if self.text[self.pos] != ch:
             raise self.fail(f"expected {ch!r} (closing the value opened at offset {opened}), "
-                            f"found {self.s[self.i]!r}")
-        self.i += 1
+                            f"found {self.text[self.pos]!r}")
+        self.pos += 1
 
     def value(self) -> Any:
         self.ws()
@@ -104,118 +104,118 @@ class _Reader:
             return tuple(self.sequence("(", ")"))
         if c == "<":
             return self.enum()
-        m = _NUMBER.match(self.s, self.i)
-        bare = _BARE.match(self.s, self.i)
+        m = _NUMBER.match(self.text, self.pos)
+        bare = _BARE.match(self.text, self.pos)
         if m and (bare is None or bare.end() == m.end()):  # `12.2.140` is text, not a number
-            self.i = m.end()
+            self.pos = m.end()
             text = m.group(0)
             return float(text) if any(x in text for x in ".eE") else int(text)
-        m = _IDENT.match(self.s, self.i)
+        m = _IDENT.match(self.text, self.pos)
         if m:
             name = m.group(0)
             after = m.end()
-            if after < len(self.s) and self.s[after] == "(":
-                self.i = after
+            if after < len(self.text) and self.text[after] == "(":
+                self.pos = after
                 return self.call(name)
             assert bare is not None
-            self.i = bare.end()
+            self.pos = bare.end()
             return _CONSTS.get(bare.group(0), bare.group(0))
-        m = _BARE.match(self.s, self.i)
+        m = _BARE.match(self.text, self.pos)
         if m:
-            self.i = m.end()
+            self.pos = m.end()
             return m.group(0)
         raise self.fail(f"unexpected {c!r}")
 
     def string(self) -> str:
-        quote, start = self.s[self.i], self.i
-        self.i += 1
+        quote, start = self.text[self.pos], self.pos
+        self.pos += 1
         out: list[str] = []
-        while self.i < len(self.s):
-            c = self.s[self.i]
+        while self.pos < len(self.text):
+            c = self.text[self.pos]
             if c == quote:
-                self.i += 1
+                self.pos += 1
                 return "".join(out)
-            if c == "\\" and self.i + 1 < len(self.s):
-                nxt = self.s[self.i + 1]
+            if c == "\\" and self.pos + 1 < len(self.text):
+                nxt = self.text[self.pos + 1]
                 if nxt in "xuU":
                     width = {"x": 2, "u": 4, "U": 8}[nxt]
-                    digits = self.s[self.i + 2:self.i + 2 + width]
+                    digits = self.text[self.pos + 2:self.pos + 2 + width]
                     if len(digits) == width and all(d in "0123456789abcdefABCDEF" for d in digits):
                         out.append(chr(int(digits, 16)))
-                        self.i += 2 + width
+                        self.pos += 2 + width
                         continue
                 out.append(_ESCAPES.get(nxt, "\\" + nxt))
-                self.i += 2
+                self.pos += 2
                 continue
             out.append(c)
-            self.i += 1
+            self.pos += 1
         raise self.fail(f"string opened at offset {start} is never closed")
 
     def sequence(self, open_: str, close: str) -> list[Any]:
-        start = self.i
-        self.i += 1
+        start = self.pos
+        self.pos += 1
         items: list[Any] = []
         while True:
             self.ws()
             if self.peek() == close:
-                self.i += 1
+                self.pos += 1
                 return items
             items.append(self.value())
             self.ws()
             if self.peek() == ",":
-                self.i += 1
+                self.pos += 1
                 continue
             self.expect(close, start)
             return items
 
     def mapping(self) -> dict[Any, Any]:
-        start = self.i
-        self.i += 1
+        start = self.pos
+        self.pos += 1
         out: dict[Any, Any] = {}
         while True:
             self.ws()
             if self.peek() == "}":
-                self.i += 1
+                self.pos += 1
                 return out
             key = self.value()
             self.expect(":", start)
             out[_hashable(key)] = self.value()
             self.ws()
             if self.peek() == ",":
-                self.i += 1
+                self.pos += 1
                 continue
             self.expect("}", start)
             return out
 
     def enum(self) -> EnumValue:
-        start = self.i
-        m = _ENUM_OPEN.match(self.s, self.i)
+        start = self.pos
+        m = _ENUM_OPEN.match(self.text, self.pos)
         if not m:
             raise self.fail("'<' that does not open an enum like <Mode.NAME: 1>")
-        self.i = m.end()
+        self.pos = m.end()
         value = self.value()
         self.expect(">", start)
         return EnumValue(m.group(1), value)
 
     def call(self, name: str) -> Call:
-        start = self.i
-        self.i += 1
+        start = self.pos
+        self.pos += 1
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         while True:
             self.ws()
             if self.peek() == ")":
-                self.i += 1
+                self.pos += 1
                 return Call(name, tuple(args), kwargs)
-            m = _KWARG.match(self.s, self.i)
+            m = _KWARG.match(self.text, self.pos)
             if m:
-                self.i = m.end()
+                self.pos = m.end()
                 kwargs[m.group(1)] = self.value()
             else:
                 args.append(self.value())
             self.ws()
             if self.peek() == ",":
-                self.i += 1
+                self.pos += 1
                 continue
             self.expect(")", start)
             return Call(name, tuple(args), kwargs)
@@ -234,8 +234,8 @@ def parse_value(text: str) -> Any:
     r = _Reader(text)
     v = r.value()
     r.ws()
-    if r.i != len(text):
-        raise r.fail(f"unexpected {text[r.i]!r} after the value")
+    if r.pos != len(text):
+        raise r.fail(f"unexpected {text[r.pos]!r} after the value")
     return v
 
 
