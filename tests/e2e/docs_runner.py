@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -151,3 +152,19 @@ def run_section(workspaces: dict[Path, Workspace], server: str, factory: pytest.
 def guide_file(doc: Path) -> Path:
     """The test file that runs a guide's examples."""
     return Path(__file__).parent / f"test_docs_guide_{doc.stem.replace('-', '_')}.py"
+
+
+def guide_test(relative: str) -> Callable[..., None]:
+    """The test of one guide: a test per `## ` section in the guide's order, sharing its
+    scratch directory (a test file assigns it to a `test_...` name)."""
+    doc = ROOT / relative
+    sections = doc_sections(doc)
+
+    @pytest.mark.e2e
+    @pytest.mark.parametrize("title, commands", sections, ids=section_ids(doc, sections))
+    def test(docs_workspaces: dict[Path, Workspace], docs_server: str,
+             tmp_path_factory: pytest.TempPathFactory, title: str,
+             commands: list[Command]) -> None:
+        run_section(docs_workspaces, docs_server, tmp_path_factory, doc, commands)
+
+    return test

@@ -1,29 +1,6 @@
 """The `infbench` examples of docs/guides/on-call.md, run as written, section by section in the guide's order
-(how: tests/e2e/docs_runner.py)."""
+(how: tests/e2e/docs_runner.py; a file per guide so the guides run side by side)."""
 
-from __future__ import annotations
+from tests.e2e.docs_runner import guide_test
 
-from pathlib import Path
-
-import pytest
-
-from tests.e2e.docs_runner import (
-    Command,
-    Workspace,
-    doc_sections,
-    run_section,
-    section_ids,
-)
-from tests.support.cli import ROOT
-
-pytestmark = pytest.mark.e2e
-
-DOC = ROOT / "docs/guides/on-call.md"
-SECTIONS = doc_sections(DOC)
-
-
-@pytest.mark.parametrize("title, commands", SECTIONS, ids=section_ids(DOC, SECTIONS))
-def test_section_runs_as_written(docs_workspaces: dict[Path, Workspace], docs_server: str,
-                                 tmp_path_factory: pytest.TempPathFactory, title: str,
-                                 commands: list[Command]) -> None:
-    run_section(docs_workspaces, docs_server, tmp_path_factory, DOC, commands)
+test_section_runs_as_written = guide_test("docs/guides/on-call.md")
