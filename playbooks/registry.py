@@ -28,6 +28,7 @@ from typing import Any, Literal, get_type_hints
 import duckdb
 
 from playbooks.config import ConfigOptions, diagnose_config
+from playbooks.dilution import DilutionOptions, diagnose_dilution
 from playbooks.findings import Diagnosis
 from playbooks.hang import HangOptions, diagnose_hang
 from playbooks.links import LinksOptions, diagnose_links
@@ -61,6 +62,9 @@ class Needs:
     gpu_model: bool = False
     engines: Literal["any", "one", "fleet"] = "any"
     fleet_why_not: str = ""
+    # A playbook over two runs (a benchmark and production) is run by its verb only: the
+    # triage has one run, and `why_not` says how to run it.
+    pair: bool = False
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.rows if r not in ROW_KINDS]
@@ -72,6 +76,8 @@ class Needs:
     def check(self, counts: dict[str, int], gpu: str | None, model: str | None) -> tuple[bool, str]:
         """(runs, why) for a run with these inventory counts and engine setup."""
         fleet = counts.get("replicas", 0) > 1
+        if self.pair:
+            return False, self.why_not
         if self.engines == "one" and fleet:
             return False, self.fleet_why_not
         if self.engines == "fleet" and not fleet:
@@ -165,6 +171,10 @@ PLAYBOOKS: tuple[Playbook, ...] = (
                   "left out and said), tokens per step the clients saw; with --baseline, the speed-up\n"
                   "per batch size and the batch from which it costs throughput (runbook:\n"
                   "playbooks/specdec/specdec.md)."),
+    Playbook("dilution", DilutionOptions, diagnose_dilution,
+             Needs("a benchmark run and a production run", "compares a benchmark run with a "
+                   "production run: `infbench diagnose dilution BENCH_RUN PROD_RUN`", pair=True),
+             argument_help="The benchmark run: id, unique prefix or 'last'."),
 )
 
 BY_NAME: dict[str, Playbook] = {p.name: p for p in PLAYBOOKS}

@@ -8,6 +8,7 @@ workload itself repeats is known, request by request, from the start of its prom
 - shared prefix: the group's prefix, for every request of a group after its first;
 - multi-turn: the previous turn's prompt and reply, for every turn after the first;
 - Mooncake traces: the leading 512-token blocks whose hash ids an earlier row sent;
+- replays (`diagnose dilution`'s re-runs): what each row's label says an earlier row sent;
 
 plus, for every request, the fixed part every prompt starts with (BOS, chat template), which
 preflight measured as the token model's `overhead`. These are upper bounds (a cache works in
@@ -26,6 +27,7 @@ from typing import Any
 import duckdb
 
 from infbench.loadgen.workloads.prompts import TokenModel
+from infbench.loadgen.workloads.replay import repeated_prefix
 from infbench.loadgen.workloads.trace import Trace
 
 # A warning needs the measured share to exceed the implied one by this much (a share of all
@@ -63,6 +65,8 @@ def _implied(config: dict[str, Any], rows: list[tuple[Any, ...]]) -> list[int] |
                 implied = sum(turns[(conv, turn - 1)])
         elif kind == "trace":
             implied = trace_shared.get(int(idx), 0)
+        elif kind == "replay":
+            implied = repeated_prefix(label)
         out.append(min(int(prompt or 0), implied + overhead))
     return out
 

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from infbench.commands.diagnose import hang, memory, triage, verbs
+from infbench.commands.diagnose import dilution, hang, memory, triage, verbs
 from infbench.commands.diagnose.generic import build_verb
 from infbench.commands.diagnose.show import print_diagnosis
 from playbooks.registry import PLAYBOOKS
@@ -46,7 +46,7 @@ def _playbooks() -> None:
 # capture, an import, a sweep); every other registered playbook gets the built one.
 CUSTOM_VERBS: dict[str, Callable[..., None]] = {
     "stalls": verbs.stalls, "mbu": verbs.mbu, "replicas": verbs.replicas, "startup": verbs.startup,
-    "memory": memory.memory, "hang": hang.hang}
+    "memory": memory.memory, "hang": hang.hang, "dilution": dilution.dilution}
 
 app.command("all")(triage.triage)
 for _pb in PLAYBOOKS:
