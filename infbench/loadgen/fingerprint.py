@@ -18,7 +18,9 @@ What goes in, per request, ordered by its key:
   `max_tokens`; for conversation turns the target less the target's own template tokens
   (`config.token_model.template`: `first + turn * per_turn`), which the recorded target
   includes, so one seed gives one fingerprint on targets whose chat templates differ;
-- the label (shared-prefix group, JSON schema, turn, workload name);
+- the label (shared-prefix group, JSON schema, turn, workload name), and with `--tenants` or
+  `--adapters` the request's tenant and adapter after it (`label|tenant|adapter`), so runs
+  without them keep the fingerprints they had;
 - and once per run: the loop kind and, for a closed loop (no schedule), its concurrency.
 
 Not in it: the prompt text and the per-run salt (a salted repeat of a run has the same
@@ -93,9 +95,12 @@ def intended_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Inten
     first, per_turn = int(template.get("first") or 0), int(template.get("per_turn") or 0)
     rows = con.execute(
         "SELECT request_idx, conversation_id, turn, intended_send_ns, target_input_tokens, "
-        "max_tokens, label FROM requests WHERE run_id = ? ORDER BY request_idx", [run_id]).fetchall()
+        "max_tokens, label, tenant, adapter FROM requests WHERE run_id = ? ORDER BY request_idx",
+        [run_id]).fetchall()
     out = []
-    for idx, conv, turn, intended, n_in, n_out, label in rows:
+    for idx, conv, turn, intended, n_in, n_out, label, tenant, adapter in rows:
+        if tenant is not None or adapter is not None:
+            label = f"{label}|{tenant or ''}|{adapter or ''}"
         key = (int(conv), int(turn or 0)) if conv is not None else (int(idx), 0)
         scheduled = not closed and key[1] == 0  # later turns follow the previous reply
         if n_in is not None and conv is not None:

@@ -85,6 +85,8 @@ class WorkloadOptions(OptionGroup):
     schema_fields: str | None = option(None, help=f"structured with --schemas: properties per schema, {DEFAULT_SCHEMA_FIELDS} or uniform:LOW:HIGH for a mix of sizes (default {DEFAULT_SCHEMA_FIELDS}).")
     new_schemas: float | None = option(None, help="structured with --schemas: share of the schemas new to this run, cold on any engine (default 1); the rest are the same text in every run, so an engine that served an earlier run has them compiled.")
     prompt_text: str = option("salted", help="synthetic: the prompts' text, salted (words drawn at random: n-gram speculative drafts find little to copy) or repetitive (one phrase repeated: what they hit).")
+    tenants: str | None = option(None, help="Tenants sharing the run, each sent as the body's user: NAME:WEIGHT[:input=LEN][:output=LEN],... e.g. 'docs:1:input=3000,chat:3' (WEIGHT: share of the sessions; input=/output=: that tenant's lengths, forms as --input-tokens). Session k is the same tenant for one --seed on any target.")
+    adapters: str | None = option(None, help="The model name each request asks for (LoRA adapters served under their own names): ADAPTER[:WEIGHT],... for every request, or TENANT=ADAPTER[:WEIGHT][+ADAPTER[:WEIGHT]...],... per tenant (tenants not named send the base model); 'base' is --model. E.g. 'sql:3,base:1' or 'docs=sql,chat=chat-lora:3+base:1'.")
 
     def spec(self) -> WorkloadSpec:
         return WorkloadSpec.parse(
@@ -92,7 +94,8 @@ class WorkloadOptions(OptionGroup):
             prefix_tokens=self.prefix_tokens, turns=self.turns, dataset=self.dataset,
             trace=self.trace, time_scale=self.time_scale, trace_start=self.trace_start,
             trace_end=self.trace_end, schemas=self.schemas, schema_fields=self.schema_fields,
-            new_schemas=self.new_schemas, prompt_text=self.prompt_text)
+            new_schemas=self.new_schemas, prompt_text=self.prompt_text, tenants=self.tenants,
+            adapters=self.adapters)
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,16 @@ from infbench.loadgen.telemetry.watch import WatchSettings
 from infbench.loadgen.workers.scale import REFUSED as WORKERS_REFUSED
 from infbench.loadgen.workers.scale import Scale
 from infbench.loadgen.workloads import Workload
-from infbench.loadgen.workloads.build import build_workload
+from infbench.loadgen.workloads.build import build_workload, check_tenants, with_tenants
 from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.schemas import SchemaMix
 from infbench.loadgen.workloads.synthetic import PROMPT_TEXTS
+from infbench.loadgen.workloads.tenant_spec import (
+    AdapterMix,
+    TenantSpec,
+    parse_adapters,
+    parse_tenants,
+)
 from probes.gpu.run_probe import DEFAULT_INTERVAL_S as GPU_INTERVAL_S
 from probes.prometheus.client import PrometheusClient, connect
 
@@ -108,6 +114,8 @@ class WorkloadSpec:
     trace_end: float | None = None
     schemas: SchemaMix | None = None  # structured: generated schemas (workloads/schemas.py)
     prompt_text: str = "salted"  # synthetic: salted or repetitive text (workloads/synthetic.py)
+    tenants: tuple[TenantSpec, ...] = ()  # --tenants (workloads/tenant_spec.py)
+    adapters: AdapterMix | None = None    # --adapters
 
     @classmethod
     def parse(cls, kind: str, input_tokens: str, output_tokens: str | None, *,
@@ -116,24 +124,33 @@ class WorkloadSpec:
               time_scale: float = 1.0, trace_start: float = 0.0,
               trace_end: float | None = None, schemas: int | None = None,
               schema_fields: str | None = None, new_schemas: float | None = None,
-              prompt_text: str = "salted") -> WorkloadSpec:
+              prompt_text: str = "salted", tenants: str | None = None,
+              adapters: str | None = None) -> WorkloadSpec:
         """Lengths as `--input-tokens`/`--output-tokens` give them (512, uniform:LOW:HIGH, ...)."""
         if prompt_text not in PROMPT_TEXTS:  # before a bundled engine is started for nothing
             raise ValueError(f"prompt_text: must be one of {', '.join(PROMPT_TEXTS)}, "
                              f"got {prompt_text!r}")
+        who = parse_tenants(tenants) if tenants is not None else ()
+        check_tenants(kind, who)  # before a bundled engine is started for nothing
         return cls(kind, LengthDist.parse(input_tokens, "input_tokens"),
                    None if output_tokens is None else LengthDist.parse(output_tokens, "output_tokens"),
                    prefix_groups, prefix_tokens, turns, dataset, trace, time_scale, trace_start,
-                   trace_end, schema_mix(schemas, schema_fields, new_schemas), prompt_text)
+                   trace_end, schema_mix(schemas, schema_fields, new_schemas), prompt_text, who,
+                   parse_adapters(adapters, who) if adapters is not None else None)
 
     def build(self, target: Target) -> Workload:
-        """The workload for this target (its token model sizes the prompts), files read."""
-        return build_workload(
-            self.kind, input_len=self.input_len, output_len=self.output_len, target=target,
-            prefix_groups=self.prefix_groups, prefix_tokens=self.prefix_tokens, turns=self.turns,
-            dataset=self.dataset, trace=self.trace, time_scale=self.time_scale,
-            trace_start=self.trace_start, trace_end=self.trace_end, schemas=self.schemas,
-            prompt_text=self.prompt_text)
+        """The workload for this target (its token model sizes the prompts), files read;
+        with tenants or adapters, the mix over them (`workloads.tenants`)."""
+        def one(input_len: LengthDist, output_len: LengthDist | None) -> Workload:
+            return build_workload(
+                self.kind, input_len=input_len, output_len=output_len, target=target,
+                prefix_groups=self.prefix_groups, prefix_tokens=self.prefix_tokens,
+                turns=self.turns, dataset=self.dataset, trace=self.trace,
+                time_scale=self.time_scale, trace_start=self.trace_start,
+                trace_end=self.trace_end, schemas=self.schemas, prompt_text=self.prompt_text)
+
+        return with_tenants(one, self.kind, self.input_len, self.output_len, self.tenants,
+                            self.adapters, target)
 
 
 def schema_mix(count: int | None, fields: str | None, new_share: float | None) -> SchemaMix | None:

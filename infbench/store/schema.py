@@ -123,6 +123,11 @@ Version 17
     ``engine_steps`` gains speculative decoding's drafted and accepted tokens per step; see
     ``infbench.store.specdec_schema``.
 
+Version 18
+    ``requests`` gains ``tenant`` and ``adapter``, ``engine_steps`` the LoRA fields of the
+    reference engine's step log, ``request_latency`` the two request columns; see
+    ``infbench.store.tenants_schema``.
+
 Later packages (probes, playbooks) add their tables as further migrations in ``MIGRATIONS``.
 """
 
@@ -147,8 +152,13 @@ from infbench.store.structured_schema import (
     STRUCTURED_MIGRATION_DESCRIPTION,
     STRUCTURED_STEP_COLUMNS,
 )
+from infbench.store.tenants_schema import (
+    LORA_STEP_COLUMNS,
+    TENANT_REQUEST_COLUMNS,
+    TENANTS_MIGRATION_DESCRIPTION,
+)
 from infbench.store.trace_schema import TRACE_DDL, TRACE_MIGRATION_DESCRIPTION
-from infbench.store.views import VIEWS_V1, VIEWS_V4
+from infbench.store.views import VIEWS_V1, VIEWS_V4, VIEWS_V18
 from infbench.store.watch_schema import WATCH_DDL, WATCH_MIGRATION_DESCRIPTION
 from infbench.store.workers_schema import WORKERS_DDL, WORKERS_MIGRATION_DESCRIPTION
 
@@ -234,9 +244,11 @@ REQUESTS = Table(
         ("replica", "VARCHAR"),
         ("replica_concurrency", "INTEGER"),
         ("worker", "INTEGER"),
+        *TENANT_REQUEST_COLUMNS,
     ),
     added=(("last_choices_ns", 4), ("usage_ns", 4), ("done_ns", 4), ("replica", 8),
-           ("replica_concurrency", 8), ("worker", 13)),
+           ("replica_concurrency", 8), ("worker", 13),
+           *((name, 18) for name, _ in TENANT_REQUEST_COLUMNS)),
 )
 
 CHUNKS = Table(
@@ -285,9 +297,11 @@ ENGINE_STEPS = Table(
         ("replica", "VARCHAR"),
         *STRUCTURED_STEP_COLUMNS,
         *SPEC_STEP_COLUMNS,
+        *LORA_STEP_COLUMNS,
     ),
     added=(("replica", 8), *((name, 16) for name, _ in STRUCTURED_STEP_COLUMNS),
-           *((name, 17) for name, _ in SPEC_STEP_COLUMNS)),
+           *((name, 17) for name, _ in SPEC_STEP_COLUMNS),
+           *((name, 18) for name, _ in LORA_STEP_COLUMNS)),
 )
 
 CLIENT_SAMPLES = Table(
@@ -425,6 +439,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, WATCH_MIGRATION_DESCRIPTION, WATCH_DDL),
     Migration(16, STRUCTURED_MIGRATION_DESCRIPTION, ENGINE_STEPS.add_columns_ddl(16)),
     Migration(17, SPEC_MIGRATION_DESCRIPTION, ENGINE_STEPS.add_columns_ddl(17)),
+    Migration(18, TENANTS_MIGRATION_DESCRIPTION,
+              (*REQUESTS.add_columns_ddl(18), *ENGINE_STEPS.add_columns_ddl(18), *VIEWS_V18)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

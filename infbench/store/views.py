@@ -75,3 +75,24 @@ SELECT run_id, request_idx, seq, t_ns, read_idx, coalesced, events_in_read,
 FROM c
 """,
 ]
+
+
+# Version 18: request_latency carries the request's tenant and adapter (the itl view is as
+# version 4 made it).
+VIEWS_V18 = [
+    f"""
+CREATE OR REPLACE VIEW request_latency AS
+SELECT run_id, request_idx, label, phase, error_class,
+       (first_content_ns - send_ns) / 1e6 AS ttft_ms,
+       (first_content_ns - intended_send_ns) / 1e6 AS ttft_intended_ms,
+       ({_E2E_END} - send_ns) / 1e6 AS e2e_ms,
+       ({_E2E_END} - intended_send_ns) / 1e6 AS e2e_intended_ms,
+       CASE WHEN output_tokens > 1
+            THEN ({_E2E_END} - first_content_ns) / 1e6 / (output_tokens - 1) END AS tpot_ms,
+       (send_ns - intended_send_ns) / 1e6 AS schedule_lag_ms,
+       -- greatest() skips NULLs: NULL only when the stream had neither (or an older store)
+       (greatest(usage_ns, done_ns) - {_E2E_END}) / 1e6 AS trailing_ms,
+       prompt_tokens, output_tokens, tenant, adapter
+FROM requests
+""",
+]

@@ -24,8 +24,10 @@ def build_body(
     temperature: float,
     include_usage: bool = True,
 ) -> bytes:
-    body: dict[str, Any] = {"model": model, "max_tokens": spec.max_tokens, "stream": True,
-                            "temperature": temperature}
+    body: dict[str, Any] = {"model": spec.model or model, "max_tokens": spec.max_tokens,
+                            "stream": True, "temperature": temperature}
+    if spec.tenant is not None:
+        body["user"] = spec.tenant  # OpenAI's end-user field; the bundled engine reads its tenant here
     if include_usage:
         body["stream_options"] = {"include_usage": True}
     if ignore_eos:

@@ -95,4 +95,5 @@ def request_row(idx: int, spec: RequestSpec, intended_ns: int, raw: RawResponse,
         "coalesced_chunks": p.num_coalesced, "response_bytes": p.response_bytes,
         "finish_reason": p.finish_reason, "response_id": p.response_id,
         "server_request_id": raw.server_request_id,
+        "tenant": spec.tenant, "adapter": spec.model,
     }

@@ -16,12 +16,14 @@ import aiohttp
 from infbench.promtext import parse_raw as parse_prometheus
 from infbench.store.specdec_schema import SPEC_STEP_COLUMNS
 from infbench.store.structured_schema import STRUCTURED_STEP_COLUMNS
+from infbench.store.tenants_schema import LORA_STEP_COLUMNS
 
 HEALTH_METRIC = "infbench:health_status"
 STEP_FIELDS = ("step_id", "start", "end", "prefill_tokens", "decode_seqs", "num_running",
                "num_waiting", "preemptions", "kv_blocks_used", "kv_blocks_total", "fault",
                *(name for name, _ in STRUCTURED_STEP_COLUMNS),
-               *(name for name, _ in SPEC_STEP_COLUMNS))
+               *(name for name, _ in SPEC_STEP_COLUMNS),
+               *(name for name, _ in LORA_STEP_COLUMNS))
 
 
 @dataclass

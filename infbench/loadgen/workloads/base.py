@@ -40,6 +40,10 @@ class RequestSpec:
     # Where the words that may be resized are: a (start, end) span of `prompt`, or of the last
     # message's content. The rest (a shared prefix, an instruction, the history) is kept.
     fill: tuple[int, int] | None = None
+    # Who sends it (`--tenants`: the body's `user`) and the model name it asks for (`--adapters`:
+    # a LoRA adapter served under its own name); None: no tenant, the run's --model.
+    tenant: str | None = None
+    model: str | None = None
 
 
 class Workload(Protocol):

@@ -8,6 +8,7 @@ is listed by `workload_warnings`, printed before the run and kept in its config 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,8 @@ from infbench.loadgen.workloads import (
 from infbench.loadgen.workloads.lengths import LengthDist
 from infbench.loadgen.workloads.schemas import SchemaMix
 from infbench.loadgen.workloads.synthetic import PROMPT_TEXTS
+from infbench.loadgen.workloads.tenant_spec import AdapterMix, TenantSpec
+from infbench.loadgen.workloads.tenants import TenantMix
 
 # Used when no --output-tokens is given, except by ShareGPT, which then takes each reply's
 # length from the dataset (so passing this same value explicitly still means "force it").
@@ -53,6 +56,8 @@ def _short_share(dist: LengthDist, floor: int) -> float:
 
 def workload_warnings(wl: Workload) -> list[str]:
     """What the run will send differently from what was asked (counted), before it starts."""
+    if isinstance(wl, TenantMix):  # each tenant's workload, a line said once
+        return list(dict.fromkeys(w for part in wl.parts() for w in workload_warnings(part)))
     out = list(wl.warnings()) if isinstance(wl, Trace | ShareGPT) else []
     dist = wl.input_len if isinstance(wl, Synthetic | Structured) else None
     if dist is not None and dist.kind != "fixed":
@@ -115,3 +120,34 @@ def build_workload(
         replay.load()
         return replay
     raise ValueError(f"workload: {kind!r} is not one of {', '.join(WORKLOADS)}")
+
+
+def check_tenants(kind: str, tenants: tuple[TenantSpec, ...]) -> None:
+    """Tenants a workload of `kind` can take (ValueError naming the option otherwise)."""
+    if tenants and kind == "trace":
+        raise ValueError("tenants: --workload trace replays its own arrivals and lengths; "
+                         "--tenants is for the generated workloads")
+    if kind == "sharegpt" and any(t.input_len is not None for t in tenants):
+        raise ValueError("tenants: input= does not apply to --workload sharegpt (its prompts "
+                         "come from the dataset)")
+
+
+def with_tenants(one: Callable[[LengthDist, LengthDist | None], Workload], kind: str,
+                 input_len: LengthDist, output_len: LengthDist | None,
+                 tenants: tuple[TenantSpec, ...], adapters: AdapterMix | None,
+                 target: Target) -> Workload:
+    """The run's workload (`one(input_len, output_len)` builds one), mixed over `tenants` (each
+    its own workload, its lengths in place of the run's) and `adapters` where given. An
+    adapter the target does not list in /v1/models is refused before anything is sent."""
+    base = one(input_len, output_len)
+    if not tenants and adapters is None:
+        return base
+    check_tenants(kind, tenants)
+    if adapters is not None and target.models:
+        missing = [a for a in adapters.adapters if a not in target.models]
+        if missing:
+            raise ValueError(f"adapters: {missing[0]!r} is not served by the target (its /v1/models "
+                             f"lists {', '.join(target.models)}); vLLM serves an adapter with "
+                             f"--enable-lora --lora-modules {missing[0]}=PATH")
+    parts = [one(t.input_len or input_len, t.output_len or output_len) for t in tenants]
+    return TenantMix(base, tenants, parts, adapters)
