@@ -13,6 +13,7 @@ import re
 from infbench.config.model import Captured, CaptureError, Setting, flatten, jsonable, mask_text
 from infbench.config.normalize import normalise
 from infbench.config.pyrepr import Call, ReprError, parse_value
+from infbench.config.tuning import tuning_settings
 
 _SERVER_ARGS = re.compile(r"server_args=(?=ServerArgs\()")
 _VERSION = re.compile(r"sglang(?:==| version:? ?|/)v?(\d+\.\d+\.\d+\S*)", re.IGNORECASE)
@@ -50,6 +51,8 @@ def parse_sglang_log(text: str, source: str) -> Captured:
             for raw_key, v in flat.items():
                 key, v = normalise("sglang", raw_key, v)
                 cap.put(Setting(key, v, "resolved", raw_key, i))
+    for setting in tuning_settings(lines):
+        cap.put(setting)
     if not found:
         raise CaptureError(f"{source}: no `server_args=ServerArgs(...)` line found; nothing was stored")
     if found > 1:

@@ -20,6 +20,7 @@ from typing import Any
 from infbench.config.model import Captured, CaptureError, Setting, flatten, jsonable, mask_text
 from infbench.config.normalize import normalise
 from infbench.config.pyrepr import Call, ReprError, parse_kv_list, parse_value
+from infbench.config.tuning import tuning_settings
 
 # The start of a vLLM log record: `INFO 09-21 23:16:04 ` (with or without [file:line]).
 _RECORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d\b")
@@ -144,6 +145,8 @@ def parse_vllm_log(text: str, source: str) -> Captured:
         for pattern, key, conv in _SINGLE:
             if s := pattern.search(line):
                 cap.put(Setting(key, conv(s.group(1)), "resolved", key, numbers[i]), override=False)
+    for setting in tuning_settings(lines, numbers):
+        cap.put(setting)
     if not found:
         raise CaptureError(f"{source}: no vLLM configuration line (non-default args, args: "
                            "Namespace(...) or 'Initializing ... LLM engine') found; nothing was stored")

@@ -61,6 +61,10 @@ class GpuSpec:
     source: str  # the datasheet every figure comes from unless `field_sources` says otherwise
     field_sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     aliases: tuple[str, ...] = field(default=(), compare=False)
+    # Figures the roofline does not use but a comparison of two devices lists: None where the
+    # vendor's documents give none (never an estimate).
+    l2_bytes: int | None = None  # on-chip L2 as the architecture whitepaper tables it
+    power_w: float | None = None  # the datasheet's maximum TDP / board power
 
     @property
     def interconnect_bandwidth_per_direction(self) -> float:
@@ -110,8 +114,14 @@ GPUS: tuple[GpuSpec, ...] = (
         pcie_gen=5,
         sm_count=132,
         source=_H100_DATASHEET + " (H100 SXM column)",
-        field_sources=(("sm_count", _HOPPER_WHITEPAPER + " (H100 SXM5: 132 SMs)"),),
+        field_sources=(
+            ("sm_count", _HOPPER_WHITEPAPER + " (H100 SXM5: 132 SMs)"),
+            ("l2_bytes", _HOPPER_WHITEPAPER + " (L2 cache size 51200 KB, H100 SXM5)"),
+            ("power_w", _H100_DATASHEET + " (H100 SXM: max TDP up to 700 W, configurable)"),
+        ),
         aliases=("h100", "h100-sxm5", "h100-80gb", "h100-sxm-80gb", "h100-80gb-hbm3"),
+        l2_bytes=51200 * 1024,
+        power_w=700.0,
     ),
     GpuSpec(
         name="H100-PCIe",
@@ -125,8 +135,15 @@ GPUS: tuple[GpuSpec, ...] = (
         pcie_gen=5,
         sm_count=114,
         source=_H100_DATASHEET + " (H100 PCIe column)",
-        field_sources=(("sm_count", _HOPPER_WHITEPAPER + " (H100 PCIe: 114 SMs)"),),
+        field_sources=(
+            ("sm_count", _HOPPER_WHITEPAPER + " (H100 PCIe: 114 SMs)"),
+            ("l2_bytes", _HOPPER_WHITEPAPER + " (L2 cache size 51200 KB, H100 PCIe)"),
+            ("power_w", _H100_DATASHEET
+             + " (H100 PCIe: max TDP 300-350 W, configurable; the upper figure)"),
+        ),
         aliases=("h100-pcie-80gb",),
+        l2_bytes=51200 * 1024,
+        power_w=350.0,
     ),
     GpuSpec(
         name="H200-SXM",
@@ -141,8 +158,13 @@ GPUS: tuple[GpuSpec, ...] = (
         sm_count=132,
         source="NVIDIA H200 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h200/"
         " (H200 SXM column)",
-        field_sources=(("sm_count", _HOPPER_WHITEPAPER + " (same GH100 SXM5 die: 132 SMs)"),),
+        field_sources=(
+            ("sm_count", _HOPPER_WHITEPAPER + " (same GH100 SXM5 die: 132 SMs)"),
+            ("l2_bytes", _HOPPER_WHITEPAPER + " (same GH100 SXM5 die: L2 cache size 51200 KB)"),
+        ),
         aliases=("h200", "h200-141gb"),
+        l2_bytes=51200 * 1024,
+        power_w=700.0,
     ),
     GpuSpec(
         name="A100-80GB-SXM",
@@ -156,8 +178,13 @@ GPUS: tuple[GpuSpec, ...] = (
         pcie_gen=4,
         sm_count=108,
         source=_A100_DATASHEET + " (A100 80GB SXM column)",
-        field_sources=(("sm_count", _AMPERE_WHITEPAPER + " (A100: 108 SMs)"),),
+        field_sources=(
+            ("sm_count", _AMPERE_WHITEPAPER + " (A100: 108 SMs)"),
+            ("l2_bytes", _AMPERE_WHITEPAPER + " (A100: 40 MB L2, 40960 KB)"),
+        ),
         aliases=("a100", "a100-80gb", "a100-sxm4-80gb", "a100-80g"),
+        l2_bytes=40960 * 1024,
+        power_w=400.0,
     ),
     GpuSpec(
         name="A100-40GB",
@@ -171,8 +198,13 @@ GPUS: tuple[GpuSpec, ...] = (
         pcie_gen=4,
         sm_count=108,
         source=_A100_DATASHEET + " (A100 40GB column)",
-        field_sources=(("sm_count", _AMPERE_WHITEPAPER + " (A100: 108 SMs)"),),
+        field_sources=(
+            ("sm_count", _AMPERE_WHITEPAPER + " (A100: 108 SMs)"),
+            ("l2_bytes", _AMPERE_WHITEPAPER + " (A100: 40 MB L2, 40960 KB)"),
+        ),
         aliases=("a100-40gb-sxm", "a100-sxm4-40gb", "a100-40g"),
+        l2_bytes=40960 * 1024,
+        power_w=400.0,
     ),
     GpuSpec(
         name="L40S",
@@ -188,6 +220,7 @@ GPUS: tuple[GpuSpec, ...] = (
         source="NVIDIA L40S GPU datasheet, https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413",
         field_sources=(("sm_count", _ADA_WHITEPAPER + " (L40S: 142 SMs)"),),
         aliases=("l40s-48gb",),
+        power_w=350.0,
     ),
     GpuSpec(
         name="L4",
@@ -204,6 +237,7 @@ GPUS: tuple[GpuSpec, ...] = (
         "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet",
         field_sources=(("sm_count", _ADA_WHITEPAPER + " (AD104 as configured for L4: 58 SMs)"),),
         aliases=("l4-24gb",),
+        power_w=72.0,
     ),
     GpuSpec(
         name="B200",
@@ -241,6 +275,7 @@ GPUS: tuple[GpuSpec, ...] = (
         source="AMD Instinct MI300X data sheet, https://www.amd.com/content/dam/amd/en/documents/"
         "instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf",
         aliases=("amd-mi300x", "instinct-mi300x", "mi300x-192gb"),
+        power_w=750.0,
     ),
 )
 

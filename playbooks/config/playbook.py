@@ -3,7 +3,8 @@ target, or `infbench config capture --run`) against what the run asked of it.
 
 Order: the linked configuration (none: nothing to check, said) -> the batch cap the load ran
 into (max_num_seqs with a full batch and requests waiting) -> requests over max_model_len ->
-prefix caching off under a shared-prefix workload -> a prefill budget below the prompts.
+prefix caching off under a shared-prefix workload -> a prefill budget below the prompts ->
+kernel tuning tables the engine's log said it had none of for its device.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from playbooks.config.checks import (
     prefix_caching_finding,
 )
 from playbooks.config.settings import linked_config, run_load
+from playbooks.config.tables import tuning_table_findings
 from playbooks.findings import Diagnosis
 
 
@@ -48,4 +50,5 @@ def diagnose_config(con: duckdb.DuckDBPyConnection, run_ref: str,
         f = check(cfg, load)
         if f is not None:
             diag.findings.append(f)
+    diag.findings += tuning_table_findings(cfg)
     return diag

@@ -47,7 +47,7 @@ PHASES_SQL = """
 SELECT phase, min(line_no) AS first_line, max(line_no) AS last_line,
        count(DISTINCT rank) AS ranks, count(*) AS figures
 FROM startup_events
-WHERE log_id = $log_id
+WHERE log_id = $log_id AND phase <> 'tuning'
 GROUP BY phase
 ORDER BY first_line, min(seq)
 """

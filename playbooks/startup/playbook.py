@@ -4,7 +4,8 @@ arithmetic. Runbook: playbooks/startup/startup.md.
 Order: the phases the log printed, in order -> how it ended (started, failed in which phase,
 or the log stops early) -> the same budget from `plan_memory` for the same setup -> which
 term differs from the arithmetic -> whether the model ever fit as configured (the arithmetic
-with the terms the engine measured) -> the priced fixes.
+with the terms the engine measured) -> the priced fixes -> kernel tuning tables the log says
+were missing for its device (`playbooks.tuning_tables`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from playbooks.startup.budget import (
     resolve_setup,
 )
 from playbooks.startup.outcome import Reading, incomplete_finding, reading, started_finding
+from playbooks.startup.tuning import tuning_tables
 
 _TITLES = {
     "kv_cache_too_small": "The KV cache cannot hold one max_model_len sequence: the engine refused to start",
@@ -123,6 +125,9 @@ def diagnose_startup(con: duckdb.DuckDBPyConnection, ref: str,
     differs = _term_finding(b, fig_ev) if b is not None else None
     if differs is not None:
         diag.findings.append(differs)
+    tuned, counts = tuning_tables(con, log.log_id, log.engine)
+    diag.findings += tuned
+    diag.context.update(counts)
     return diag
 
 

@@ -30,6 +30,9 @@ class Seen:
     """What the parse recognised, by line: figures, failures, the engine's config lines."""
 
     lines: dict[int, str] = field(default_factory=dict)   # line -> phase, or "config"
+    # Lines recognised that belong to no memory phase (a kernel tuning table found or
+    # missing): never "not recognised", and never where a log is said to end.
+    other: set[int] = field(default_factory=set)
     engines: set[str] = field(default_factory=set)        # from the config/version lines alone
     front_end: bool = False
     ready_keys: set[str] = field(default_factory=set)
@@ -53,7 +56,8 @@ class Seen:
 def _unrecognised(recs: list[Record], seen: Seen, after: int, before: int) -> int | None:
     """The first logger line strictly between two lines that no pattern recognised."""
     for r in recs:
-        if after < r.line_no < before and r.structured and r.line_no not in seen.lines:
+        if (after < r.line_no < before and r.structured and r.line_no not in seen.lines
+                and r.line_no not in seen.other):
             return r.line_no
     return None
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from infbench.specs.tuning import needs_continuation, read_tuning_lines
 from probes.startup_log import patterns
 from probes.startup_log.outcome import Seen, decide_outcome
 from probes.startup_log.records import Record, lines_of, split_records
 
 PHASES = ("weights", "profile", "cuda_graphs", "kv_cache", "ready")
+# Kernel tuning tables found or missing (`infbench.specs.tuning`): rows of their own, in no
+# memory phase, so they move neither the phases, nor the ranks, nor where recognition stopped.
+TUNING = "tuning"
 
 
 class StartupLogError(Exception):
@@ -48,7 +52,7 @@ class StartupLog:
 
     @property
     def ranks(self) -> list[str]:
-        ranks = {e.rank for e in self.events if e.phase != "ready"}
+        ranks = {e.rank for e in self.events if e.phase not in ("ready", TUNING)}
         return sorted(ranks | ({self.failure_rank} if self.failure_rank else set()))
 
     def check_invariants(self) -> None:
@@ -89,6 +93,22 @@ def _failure_phase(kind: str, phase: str | None, recs: list[Record], at: int,
     return last_phase.get(rank) or last_phase.get("*")
 
 
+def _tuning(recs: list[Record], i: int, events: list[Event], seen: Seen) -> None:
+    """Rows for the tuning tables record i names (its file name finished on the next line
+    where a paste broke it there); the engine they name counts as the log's."""
+    r = recs[i]
+    text = r.raw
+    nxt = recs[i + 1] if i + 1 < len(recs) else None
+    if needs_continuation(text) and nxt is not None and not nxt.structured:
+        text += nxt.raw
+    for t in read_tuning_lines(text):
+        seen.other.add(r.line_no)
+        if t.engine in ("vllm", "sglang"):
+            seen.engines.add(t.engine)
+        events.append(Event(len(events), r.line_no, r.rank, TUNING, f"tuning_table_{t.outcome}",
+                            None, None, text))
+
+
 def parse_startup_log(text: str, name: str = "log") -> StartupLog:
     recs = split_records(text)
     events: list[Event] = []
@@ -109,6 +129,7 @@ def parse_startup_log(text: str, name: str = "log") -> StartupLog:
             settings.setdefault(k, val)
         if r.proc.startswith("APIServer") or "vLLM API server version" in r.message:
             seen.front_end = True
+        _tuning(recs, i, events, seen)
         f = patterns.failure(r.message)
         if f is not None:
             seen.hit(r.line_no, "failure")
@@ -132,7 +153,7 @@ def parse_startup_log(text: str, name: str = "log") -> StartupLog:
             events.append(Event(len(events), r.line_no, r.rank, fig.phase, fig.key, fig.value,
                                 fig.unit, r.raw))
             last_phase[r.rank] = last_phase["*"] = fig.phase
-    memory = [e for e in events if e.phase != "ready"]
+    memory = [e for e in events if e.phase not in ("ready", TUNING)]
     if not memory and fail is None and not (engines or seen.engines):
         if any("Traceback" in r.message or "exception" in r.message.lower() for r in recs):
             raise StartupLogError(f"{name}: the log stops inside an error before any start-up "
