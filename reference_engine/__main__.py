@@ -104,8 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--async-scheduling", action=argparse.BooleanOptionalAction,
         help="sim: hide the per-step host overhead behind the device step")
     add("--stream-interval", type=int, help="tokens per streamed event (default 1)")
-    add("--scheduling-policy", choices=["fcfs", "priority"],
-        help="admission order: fcfs, or priority (the request's 'priority', lower first)")
+    add("--scheduling-policy", choices=["fcfs", "priority", "fair"],
+        help="admission order: fcfs, priority (the request's 'priority', lower first), or fair "
+             "(token-weighted fair share across tenants, the request's 'user': the tenant "
+             "charged least for its work on the roofline goes first)")
+    add("--tenant-weights", type=_tenant_weights, metavar="NAME=W,...",
+        help="fair policy: each tenant's weight, e.g. docs=1,chat=2 (a tenant not named has 1)")
     add("--step-log-size", type=int, help="per-step records kept for /engine/steps")
     add("--stream-byte-budget", type=int,
         help="bytes a streaming client may fall behind before its request is cancelled")
@@ -120,6 +124,21 @@ def build_parser() -> argparse.ArgumentParser:
         "longer marks the engine unhealthy and dumps every rank's log (default 30)")
     add("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
+
+
+def _tenant_weights(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, eq, value = part.strip().partition("=")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not eq or not name.strip() or not 0.0 < weight < float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"expected NAME=WEIGHT pairs with weights > 0, like docs=1,chat=2; got {part!r}")
+        out[name.strip()] = weight
+    return out
 
 
 def _int_list(text: str) -> list[int]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from reference_engine.block_pool import BlockPool
 from reference_engine.config import EngineConfig
+from reference_engine.fair_share import fair_share_for
 from reference_engine.request import SamplingParams, Sequence
 from reference_engine.scheduler import Scheduler
 from reference_engine.sim_executor import SimExecutor
@@ -53,7 +54,8 @@ def run_closed_loop(config: EngineConfig, input_len: int, output_len: int, concu
     ex = executor or SimExecutor(config)
     pool = BlockPool(ex.num_blocks, ex.block_size, config.enable_prefix_caching)
     sched = Scheduler(pool, config.max_num_seqs, config.token_budget, config.max_model_len,
-                      config.enable_chunked_prefill, ex.eos_token_id, config.scheduling_policy)
+                      config.enable_chunked_prefill, ex.eos_token_id, config.scheduling_policy,
+                      fair=fair_share_for(config))
     params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
     now = 0.0
     sent = 0

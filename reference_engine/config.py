@@ -16,7 +16,7 @@ from typing import Any
 EXECUTORS = ("sim", "torch")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-SCHEDULING_POLICIES = ("fcfs", "priority")
+SCHEDULING_POLICIES = ("fcfs", "priority", "fair")
 # The batch sizes vLLM captures by default: 1, 2, 4, then every 8 up to 256, every 16 above.
 DEFAULT_CAPTURE_SIZES = (1, 2, 4, *range(8, 257, 8), *range(272, 1025, 16))
 # vLLM v1's default token budget for the OpenAI server on data-centre GPUs.
@@ -118,7 +118,9 @@ class EngineConfig:
     cudagraph_max_capture_size: int | None = None     # None -> min(2 * max_num_seqs, 512)
     async_scheduling: bool = False              # host work per step hidden behind the device step
     stream_interval: int = 1                    # tokens per streamed event (the first goes at once)
-    scheduling_policy: str = "fcfs"             # fcfs | priority (the request's `priority`, low first)
+    scheduling_policy: str = "fcfs"             # fcfs | priority (the request's `priority`, low first) | fair
+    # fair: each tenant's (request `user`) weight in the fair share; a tenant not named has 1.
+    tenant_weights: dict[str, float] | None = None
     metrics_names: str = "vllm"                 # /metrics names: vllm, vllm-legacy (pre-0.9/0.11 renames), sglang
     defaults: str = "builtin"                   # the default set these values came from
     profile_dir: str | None = None              # where /stop_profile writes traces (vLLM: VLLM_TORCH_PROFILER_DIR)
@@ -224,6 +226,7 @@ class EngineConfig:
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ConfigError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
                               f"got {self.scheduling_policy!r}")
+        _check_tenant_weights(self)
         positive("stream_interval")
         if self.cudagraph_max_capture_size is not None and (
                 not isinstance(self.cudagraph_max_capture_size, int) or self.cudagraph_max_capture_size < 0):
@@ -316,3 +319,20 @@ def _check_grammar(c: EngineConfig) -> None:
             or c.grammar_compile_workers < 1:
         raise ConfigError("grammar_compile_workers must be a positive integer, got "
                           f"{c.grammar_compile_workers!r}")
+
+
+def _check_tenant_weights(c: EngineConfig) -> None:
+    weights = c.tenant_weights
+    if weights is None:
+        return
+    if c.scheduling_policy != "fair":
+        raise ConfigError("tenant_weights apply to scheduling_policy fair, got scheduling_policy "
+                          f"{c.scheduling_policy!r}")
+    if not isinstance(weights, dict):
+        raise ConfigError(f"tenant_weights must map tenant names to weights, got {weights!r}")
+    for name, w in weights.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"tenant_weights: a tenant name must be a non-empty string, got {name!r}")
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0.0 < w < float("inf"):
+            raise ConfigError(f"tenant_weights: tenant {name!r} has weight {w!r}; a weight is a "
+                              "number > 0")

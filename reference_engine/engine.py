@@ -26,6 +26,7 @@ from reference_engine.block_pool import BlockPool
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.device import SimDevice
 from reference_engine.executor import Executor, ExecutorClosed
+from reference_engine.fair_share import fair_share_for
 from reference_engine.faults import Faults
 from reference_engine.profiling import StepProfiler
 from reference_engine.request import (
@@ -107,7 +108,8 @@ class Engine:
                      if config.speculative_config else None)
         self.scheduler = Scheduler(self.pool, config.max_num_seqs, config.token_budget,
                                    config.max_model_len, config.enable_chunked_prefill,
-                                   self.executor.eos_token_id, config.scheduling_policy, self.spec)
+                                   self.executor.eos_token_id, config.scheduling_policy, self.spec,
+                                   fair_share_for(config))
         self._lock = threading.RLock()  # RLock: a failing callback re-enters to cancel itself
         self._wake = threading.Condition(self._lock)
         self.structured = StructuredOutputs(config, self._notify)  # structured_output.py

@@ -60,6 +60,7 @@ class GenerationRequest:
     include_usage: bool = False
     priority: int = 0
     json_schema: Any = None                     # the output's JSON schema (structured output)
+    user: str | None = None                     # OpenAI's end-user field: the tenant (fair policy)
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:
@@ -142,7 +143,17 @@ def _common(body: dict[str, Any], kind: Kind) -> GenerationRequest:
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
         seed=_int(body, "seed"), stop=_stop(body), ignore_eos=_bool(body, "ignore_eos"),
         stream=stream, include_usage=include_usage, priority=_int(body, "priority") or 0,
-        json_schema=_json_schema(body))
+        json_schema=_json_schema(body), user=_user(body))
+
+
+def _user(body: dict[str, Any]) -> str | None:
+    """OpenAI's `user` (an end-user id): a string, or absent/null/empty for no tenant."""
+    value = body.get("user")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid("user", f"'user' must be a string, got {type(value).__name__}")
+    return value or None
 
 
 def _json_schema(body: dict[str, Any]) -> Any:

@@ -19,6 +19,9 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     priority: int = 0  # scheduling_policy=priority admits lower values first (vLLM's field)
+    # The request's `user` (OpenAI's end-user field): the tenant scheduling_policy=fair
+    # shares the engine between (fair_share.py); None = no user given.
+    tenant: str | None = None
     # vLLM's name: {"json": schema} constrains the output to the schema (structured_output.py)
     structured_outputs: dict[str, Any] | None = None
 

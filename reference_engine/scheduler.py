@@ -9,6 +9,8 @@ Per step, in the order vLLM v1 uses:
    (max_num_seqs) and KV for the whole prompt — KV is reserved at admission, so a
    sequence in prefill never waits for blocks, and refunded when it finishes. Nothing is
    admitted in a step that had to preempt.
+Under policy `fair` (fair_share.py) steps 2 and 3 go tenant by tenant, the tenant charged
+least for the work done so far (over its weight) first; every scheduled token is charged.
 A request that could never fit is refused before it enters the queue (`check_admissible`).
 """
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 from reference_engine.block_pool import BlockPool, InvariantError, KVCacheManager
 from reference_engine.executor import SeqWork, StepBatch
+from reference_engine.fair_share import FairShare
 from reference_engine.request import Sequence, SequenceStatus
 from reference_engine.spec_decode import SpecDecoder
 
@@ -51,6 +54,7 @@ class Scheduler:
         eos_token_id: int = -1,
         policy: str = "fcfs",
         spec: SpecDecoder | None = None,
+        fair: FairShare | None = None,
     ) -> None:
         self.pool = pool
         self.kv = KVCacheManager(pool)
@@ -61,6 +65,9 @@ class Scheduler:
         self.eos_token_id = eos_token_id
         self.policy = policy
         self.spec = spec  # speculative decoding (spec_decode.py), or None
+        if (policy == "fair") != (fair is not None):
+            raise ValueError("the fair policy needs its FairShare (fair_share_for), and only it")
+        self.fair = fair  # each tenant's charge under policy fair (fair_share.py), or None
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the tail is the newest
         self.num_preemptions = 0
@@ -162,8 +169,12 @@ class Scheduler:
                                  len(toks) - seq.num_prompt_tokens, toks, len(drafts)))
             budget -= 1 + len(drafts)
         num_decodes = len(scheduled)
+        fair = self.fair
+        if fair is not None:
+            fair.charge_decodes(scheduled, num_decodes)
+            budget = self._fill_fair(fair, prefills, scheduled, preempted, budget, start_time)
 
-        for seq in prefills:
+        for seq in prefills if fair is None else ():
             if budget == 0:
                 break
             if seq.status is not _RUNNING:
@@ -174,7 +185,7 @@ class Scheduler:
             scheduled.append((seq, n))
             budget -= n
 
-        while (not preempted and self.waiting and budget > 0
+        while (fair is None and not preempted and self.waiting and budget > 0
                and len(self.running) < self.max_num_seqs):
             seq = self.waiting[0]
             if not self.kv.try_admit(seq, None if self.chunked else budget):
@@ -268,6 +279,42 @@ class Scheduler:
         self.kv.release_tail(seq, seq.num_computed_tokens)
         return False
 
+    def _fill_fair(self, fair: FairShare, prefills: list[Sequence],
+                   scheduled: list[tuple[Sequence, int]], preempted: list[Sequence],
+                   budget: int, start_time: float) -> int:
+        # Policy fair: the budget left by the decodes goes tenant by tenant, least charged
+        # first, to its running prefills and then its waiting heads, charged as it goes.
+        # A head that does not fit waits for blocks and stops admission, as fcfs's head of
+        # line does (skipping it would let short prompts pass a long one forever).
+        # Returns the budget left.
+        running = fair.tenant_queues(s for s in prefills if s.status is _RUNNING)
+        admitting = not preempted and bool(self.waiting) and len(self.running) < self.max_num_seqs
+        waiting = fair.queues(self.waiting, self.running) if admitting else {}
+        while budget > 0:
+            found, tenant = fair.least_charged(running, waiting)
+            if not found:
+                break
+            if running.get(tenant):
+                seq = running[tenant].popleft()
+                n = self._chunk(len(seq.token_ids) - seq.num_computed_tokens, budget)
+                if n == 0:
+                    continue
+            else:
+                seq = waiting[tenant][0]
+                if (len(self.running) >= self.max_num_seqs
+                        or not self.kv.try_admit(seq, None if self.chunked else budget)):
+                    waiting = {}
+                    continue
+                waiting[tenant].popleft()
+                self.waiting.remove(seq)
+                self._count_admission(seq, start_time)
+                n = self._chunk(len(seq.token_ids) - seq.num_computed_tokens, budget)
+                self.running.append(seq)
+            fair.charge_prefill(seq, n, seq.num_computed_tokens)
+            scheduled.append((seq, n))
+            budget -= n
+        return budget
+
     # ---- helpers ----------------------------------------------------------------------------
     def _chunk(self, remaining: int, budget: int) -> int:
         if remaining <= budget:
@@ -336,6 +383,8 @@ class Scheduler:
                 raise InvariantError(f"waiting {seq} holds KV")
         if self.spec is not None:
             self.spec.check_invariants(set(ids))
+        if self.fair is not None:
+            self.fair.check_invariants()
         if refs != self.pool.ref_cnt:
             bad = next(b for b in range(len(refs)) if refs[b] != self.pool.ref_cnt[b])
             raise InvariantError(f"block {bad}: ref count {self.pool.ref_cnt[bad]} but "

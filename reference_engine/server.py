@@ -129,7 +129,7 @@ def _sampling_params(config: EngineConfig, req: GenerationRequest,
                             f"exceeds max_model_len ({config.max_model_len})")
     return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                           seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos,
-                          priority=req.priority,
+                          priority=req.priority, tenant=req.user,
                           structured_outputs=None if req.json_schema is None
                           else {"json": req.json_schema})
 
