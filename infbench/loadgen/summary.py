@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from infbench.loadgen.tenant_summary import tenant_sections
 from infbench.slo import slo_condition_sql
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -229,6 +230,7 @@ def summarize(
         s["goodput_fraction"] = n_good / measured if measured else 0.0
 
     s["by_label"] = _by_label(con, run_id)
+    s.update(tenant_sections(con, run_id))  # by_tenant, by_adapter: where the run has them
     s["client_health"] = _client_health(con, run_id, open_loop_uncapped)
     s["client_bound"] = bool(s["client_health"]["client_bound_reasons"])
     warnings = list(s["client_health"]["client_bound_reasons"])

@@ -15,6 +15,7 @@ from infbench.report import charts
 from infbench.report.diagnosis import CSS as DIAGNOSIS_CSS
 from infbench.report.diagnosis import diagnosis_section, headline_block
 from infbench.report.run_charts import run_charts
+from infbench.report.tenants_view import html_tables
 from infbench.store.runs import RunRow
 
 _CSS = ("body{font-family:sans-serif;margin:20px 24px;color:#222}"
@@ -82,7 +83,8 @@ def build_html(con: duckdb.DuckDBPyConnection, run: RunRow) -> str:
     notes = "".join(f"<li>{html.escape(w)}</li>" for w in s.get("warnings", []) if w not in bound_reasons)
     notes = f"<ul>{notes}</ul>" if notes else ""
     table = ("<table><tr><th>latency (ms)</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th>"
-             f"<th>p99.9</th></tr>{rows}</table>{_DEFINITIONS}{notes}{fleet_table(s.get('fleet'))}")
+             f"<th>p99.9</th></tr>{rows}</table>{_DEFINITIONS}{notes}{fleet_table(s.get('fleet'))}"
+             f"{html_tables(s)}")
     cfg = html.escape(json.dumps(run.config, indent=2, sort_keys=True))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>infbench {html.escape(rid)}</title>"
             f"<style>{_CSS}{DIAGNOSIS_CSS}</style>{charts.page_head()}</head><body>{headline_block(con, rid)}{head}{table}"

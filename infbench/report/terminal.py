@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from infbench.report.tenants_view import terminal_tables
+
 
 def _ms(v: Any) -> str:
     """Milliseconds to at most 7 characters, so the latency table fits an 80-column terminal."""
@@ -93,6 +95,9 @@ def print_summary(console: Console, summary: dict[str, Any], header: dict[str, A
                        _ms(v["p99_ttft_ms"]), _ms(v["median_tpot_ms"]), _ms(v["p99_tpot_ms"]),
                        _ms(v["p99_e2el_ms"]))
         console.print(bl)
+
+    for table in terminal_tables(s):  # by tenant, by adapter (tenants_view.py)
+        console.print(table)
 
     if s.get("fleet"):
         _print_fleet(console, s["fleet"])
