@@ -39,12 +39,14 @@ from playbooks.specdec import SpecdecOptions, diagnose_specdec
 from playbooks.stalls import StallOptions, diagnose_stalls
 from playbooks.startup import StartupOptions, diagnose_startup
 from playbooks.structured import StructuredOptions, diagnose_structured
+from playbooks.tenants import TenantOptions, diagnose_tenants
 
 # What the triage's inventory counts for a run (`playbooks/triage/inventory.py`); a playbook
 # needs some of these (one that reads a kind of row not counted yet adds it to both).
 ROW_KINDS = ("requests", "content_chunks", "engine_steps", "metric_samples", "memory_samples",
              "gpu_samples", "client_samples", "hang_captures", "startup_logs", "traces",
-             "configs", "link_probes", "structured_requests", "spec_decode_samples")
+             "configs", "link_probes", "structured_requests", "spec_decode_samples",
+             "tenant_requests")
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,14 @@ PLAYBOOKS: tuple[Playbook, ...] = (
              Needs("a benchmark run and a production run", "compares a benchmark run with a "
                    "production run: `infbench diagnose dilution BENCH_RUN PROD_RUN`", pair=True),
              argument_help="The benchmark run: id, unique prefix or 'last'."),
+    Playbook("tenants", TenantOptions, diagnose_tenants,
+             Needs("requests from several tenants (the body's user) on a known GPU ({gpu})",
+                   "no tenants in the run (infbench run --tenants), or no GPU model known",
+                   rows=("tenant_requests",), gpu_model=True),
+             help="Each tenant's share of the engine (prefill and decode tokens priced on the\n"
+                  "roofline) against its share of requests, and while tenants competed against its\n"
+                  "entitlement: the tenant that takes more while the others wait (the long-document\n"
+                  "tenant), and the fix (runbook: playbooks/tenants/tenants.md)."),
 )
 
 BY_NAME: dict[str, Playbook] = {p.name: p for p in PLAYBOOKS}
