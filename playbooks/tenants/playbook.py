@@ -5,7 +5,8 @@ engine over the run against its share of requests -> the shares while tenants co
 against what each was entitled to (contention.py) -> the finding, when a tenant whose requests
 cost more than their number says (its engine share at least HEAVY_RATIO times its request
 share) took more than its entitlement while the others were waiting, by more than the
-run's own noise; its severity from what the others waited.
+run's own noise, and the others waited at least WARN_WAIT_MS behind others (median); its
+severity from that wait.
 """
 
 from __future__ import annotations
@@ -110,8 +111,10 @@ def _unfair_share(rows: list[dict[str, Any]], cont: Contention, priced: Priced,
     wait, ttft = priced.wait_ms[others], priced.ttft_ms[others]
     wait_p50 = float(np.median(wait)) if wait.size else 0.0
     ttft_p50 = float(np.median(ttft)) if ttft.size else 0.0
+    if wait_p50 < WARN_WAIT_MS:
+        return None  # the others did not suffer for it: demand, not a scheduling problem
     severity = ("critical" if wait_p50 >= CRITICAL_WAIT_MS and wait_p50 >= 0.5 * ttft_p50
-                else "warning" if wait_p50 >= WARN_WAIT_MS else "info")
+                else "warning")
     who = name(heavy)
     shares = {name(t): {"requests": _r(r["request_share"]), "engine": _r(r["engine_share"]),
                         "contended": _r(cont.share.get(t)), "entitled": _r(cont.entitled.get(t)),
