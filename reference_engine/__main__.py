@@ -77,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
         "followed its last 3 tokens earlier in the context (what n-gram drafts hit; default 0)")
     add("--speculative-config", type=_json_object, metavar="JSON", help="speculative decoding, "
         'as vLLM\'s: \'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}\'')
+    add("--enable-lora", action=argparse.BooleanOptionalAction,
+        help="serve LoRA adapters (sim executor): requests name one by 'model'")
+    add("--max-loras", type=int, help="distinct adapters a batch may hold; requests of other "
+        "adapters wait for a slot (vLLM's default 1)")
+    add("--max-lora-rank", type=int, help="largest adapter rank served (default 16)")
+    add("--lora-modules", nargs="+", metavar="NAME=PATH", help="adapters to serve, each a "
+        "directory with peft's adapter_config.json (its rank 'r' is what the sim prices)")
+    add("--sim-lora-launch-us", type=float, help="sim: fixed cost per adapter in a step, per "
+        "layer, beside its shrink/expand FLOPs and weight reads (default 3)")
     add("--grammar-compile-base-ms", type=float,
         help="structured output: fixed cost of compiling a cold schema (default 5)")
     add("--grammar-compile-ms-per-kib", type=float,

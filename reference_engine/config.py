@@ -97,6 +97,15 @@ class EngineConfig:
     # vLLM's --speculative-config: {"method": "ngram", "num_speculative_tokens": K, ...}
     # (spec_decode.py); None = no speculative decoding.
     speculative_config: dict[str, Any] | None = None
+    # LoRA adapters, vLLM's flags (lora.py): serve them, at most max_loras distinct adapters in
+    # a batch (vLLM's default 1), ranks up to max_lora_rank (vLLM's default 16), NAME=PATH each
+    # (PATH holds peft's adapter_config.json). sim: each adapter in a step adds this much per
+    # layer beside its shrink/expand FLOPs and weight reads.
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    lora_modules: list[str] = field(default_factory=list)
+    sim_lora_launch_us: float = 3.0
     # Structured output (structured_output.py, which says whose semantics these follow): a
     # cold schema's compile costs base + per KiB of its text; compiles run on this many
     # threads (vLLM: a ThreadPoolExecutor) and are cached, this many grammars at most (LRU,
@@ -213,6 +222,7 @@ class EngineConfig:
                 raise ConfigError("speculative_config: method draft_model is priced by the sim "
                                   "executor only (the torch executor has no draft model)")
         _check_grammar(self)
+        _check_lora(self)
         if not self.step_overhead_ms >= 0.0:
             raise ConfigError(f"step_overhead_ms must be >= 0, got {self.step_overhead_ms}")
         if self.metrics_names not in ("vllm", "vllm-legacy", "sglang"):
@@ -336,3 +346,18 @@ def _check_tenant_weights(c: EngineConfig) -> None:
         if isinstance(w, bool) or not isinstance(w, int | float) or not 0.0 < w < float("inf"):
             raise ConfigError(f"tenant_weights: tenant {name!r} has weight {w!r}; a weight is a "
                               "number > 0")
+
+
+def _check_lora(c: EngineConfig) -> None:
+    for name in ("max_loras", "max_lora_rank"):
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(c.sim_lora_launch_us, int | float) or isinstance(c.sim_lora_launch_us, bool) \
+            or not 0.0 <= c.sim_lora_launch_us < float("inf"):
+        raise ConfigError(f"sim_lora_launch_us must be a number >= 0, got {c.sim_lora_launch_us!r}")
+    if c.lora_modules and not c.enable_lora:
+        raise ConfigError("lora_modules: serving adapters needs enable_lora (--enable-lora)")
+    if c.enable_lora and c.executor != "sim":
+        raise ConfigError("enable_lora: adapters are priced by the sim executor only (the torch "
+                          "executor has no adapter weights)")

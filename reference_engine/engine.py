@@ -28,6 +28,7 @@ from reference_engine.device import SimDevice
 from reference_engine.executor import Executor, ExecutorClosed
 from reference_engine.fair_share import fair_share_for
 from reference_engine.faults import Faults
+from reference_engine.lora import LoraModules, step_fields
 from reference_engine.profiling import StepProfiler
 from reference_engine.request import (
     OutputCallback,
@@ -104,12 +105,16 @@ class Engine:
         self.profiler = StepProfiler(config.profile_dir, config.profile_steps, self.executor)
         self.pool = BlockPool(self.executor.num_blocks, self.executor.block_size,
                               config.enable_prefix_caching)
+        # The adapters served (lora.py): the server resolves request model names against them.
+        self.lora = (LoraModules.parse(config.lora_modules, config.max_loras, config.max_lora_rank,
+                                       config.model_name) if config.enable_lora else None)
         self.spec = (SpecDecoder(SpeculativeConfig.parse(config.speculative_config))
                      if config.speculative_config else None)
         self.scheduler = Scheduler(self.pool, config.max_num_seqs, config.token_budget,
                                    config.max_model_len, config.enable_chunked_prefill,
                                    self.executor.eos_token_id, config.scheduling_policy, self.spec,
-                                   fair_share_for(config))
+                                   fair_share_for(config),
+                                   config.max_loras if config.enable_lora else None)
         self._lock = threading.RLock()  # RLock: a failing callback re-enters to cancel itself
         self._wake = threading.Condition(self._lock)
         self.structured = StructuredOutputs(config, self._notify)  # structured_output.py
@@ -331,6 +336,9 @@ class Engine:
             now = self._spec_seen = self.spec.counters
             record["spec_draft_tokens"] = now.num_draft_tokens - spec_before.num_draft_tokens
             record["spec_accepted_tokens"] = now.num_accepted_tokens - spec_before.num_accepted_tokens
+        if self.lora is not None:  # the batch's adapters and who waits for a slot (lora.py)
+            record.update(step_fields((q for q, _ in out.scheduled), s.running, s.waiting,
+                                      parts.get("lora_s", 0.0), self.lora.max_loras))
         with self._lock:
             self._step_id = step_id
             self._steps.append(record)

@@ -24,7 +24,7 @@ class ApiError(Exception):
     """An error answered to the client in OpenAI's JSON shape."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 type_: str = "invalid_request_error", code: str | None = None) -> None:
+                 type_: str = "invalid_request_error", code: str | int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

@@ -22,6 +22,8 @@ class SamplingParams:
     # The request's `user` (OpenAI's end-user field): the tenant scheduling_policy=fair
     # shares the engine between (fair_share.py); None = no user given.
     tenant: str | None = None
+    # The LoRA adapter the request's `model` names (lora.py); None = the base model.
+    lora: str | None = None
     # vLLM's name: {"json": schema} constrains the output to the schema (structured_output.py)
     structured_outputs: dict[str, Any] | None = None
 

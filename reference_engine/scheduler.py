@@ -11,6 +11,8 @@ Per step, in the order vLLM v1 uses:
    admitted in a step that had to preempt.
 Under policy `fair` (fair_share.py) steps 2 and 3 go tenant by tenant, the tenant charged
 least for the work done so far (over its weight) first; every scheduled token is charged.
+With LoRA (`max_loras` set, lora.py) the batch holds at most max_loras distinct adapters: a
+waiting sequence whose adapter has no slot is skipped, and the next one is tried (vLLM v1's rule).
 A request that could never fit is refused before it enters the queue (`check_admissible`).
 """
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from reference_engine.block_pool import BlockPool, InvariantError, KVCacheManager
 from reference_engine.executor import SeqWork, StepBatch
 from reference_engine.fair_share import FairShare
+from reference_engine.lora import admits, batch_adapters, check_slots
 from reference_engine.request import Sequence, SequenceStatus
 from reference_engine.spec_decode import SpecDecoder
 
@@ -55,6 +58,7 @@ class Scheduler:
         policy: str = "fcfs",
         spec: SpecDecoder | None = None,
         fair: FairShare | None = None,
+        max_loras: int | None = None,
     ) -> None:
         self.pool = pool
         self.kv = KVCacheManager(pool)
@@ -68,6 +72,7 @@ class Scheduler:
         if (policy == "fair") != (fair is not None):
             raise ValueError("the fair policy needs its FairShare (fair_share_for), and only it")
         self.fair = fair  # each tenant's charge under policy fair (fair_share.py), or None
+        self.max_loras = max_loras  # distinct adapters a batch may hold (lora.py); None: LoRA off
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the tail is the newest
         self.num_preemptions = 0
@@ -185,9 +190,14 @@ class Scheduler:
             scheduled.append((seq, n))
             budget -= n
 
+        loras = self._running_loras()
+        skipped: list[Sequence] = []  # waiting for an adapter slot: they keep their places
         while (fair is None and not preempted and self.waiting and budget > 0
                and len(self.running) < self.max_num_seqs):
             seq = self.waiting[0]
+            if not self._lora_admits(seq, loras):
+                skipped.append(self.waiting.popleft())
+                continue
             if not self.kv.try_admit(seq, None if self.chunked else budget):
                 break  # head of line waits for blocks (or, unchunked, for a whole-prompt budget)
             self.waiting.popleft()
@@ -196,6 +206,9 @@ class Scheduler:
             self.running.append(seq)
             scheduled.append((seq, n))
             budget -= n
+            if loras is not None and seq.params.lora is not None:
+                loras.add(seq.params.lora)
+        self.waiting.extendleft(reversed(skipped))
 
         for s, n in scheduled[num_decodes:]:  # victims are never among the scheduled
             c = s.num_computed_tokens
@@ -290,6 +303,7 @@ class Scheduler:
         running = fair.tenant_queues(s for s in prefills if s.status is _RUNNING)
         admitting = not preempted and bool(self.waiting) and len(self.running) < self.max_num_seqs
         waiting = fair.queues(self.waiting, self.running) if admitting else {}
+        loras = self._running_loras()
         while budget > 0:
             found, tenant = fair.least_charged(running, waiting)
             if not found:
@@ -301,6 +315,9 @@ class Scheduler:
                     continue
             else:
                 seq = waiting[tenant][0]
+                if not self._lora_admits(seq, loras):  # no adapter slot: it waits, the next goes
+                    waiting[tenant].popleft()
+                    continue
                 if (len(self.running) >= self.max_num_seqs
                         or not self.kv.try_admit(seq, None if self.chunked else budget)):
                     waiting = {}
@@ -310,12 +327,22 @@ class Scheduler:
                 self._count_admission(seq, start_time)
                 n = self._chunk(len(seq.token_ids) - seq.num_computed_tokens, budget)
                 self.running.append(seq)
+                if loras is not None and seq.params.lora is not None:
+                    loras.add(seq.params.lora)
             fair.charge_prefill(seq, n, seq.num_computed_tokens)
             scheduled.append((seq, n))
             budget -= n
         return budget
 
     # ---- helpers ----------------------------------------------------------------------------
+    def _running_loras(self) -> set[str] | None:
+        # The adapters the running batch holds (lora.py); None when LoRA is off.
+        return batch_adapters(self.running) if self.max_loras is not None else None
+
+    def _lora_admits(self, seq: Sequence, loras: set[str] | None) -> bool:
+        # False when seq's adapter would be one more than the batch's max_loras.
+        return loras is None or self.max_loras is None or admits(seq.params.lora, loras, self.max_loras)
+
     def _chunk(self, remaining: int, budget: int) -> int:
         if remaining <= budget:
             return remaining
@@ -385,6 +412,8 @@ class Scheduler:
             self.spec.check_invariants(set(ids))
         if self.fair is not None:
             self.fair.check_invariants()
+        if self.max_loras is not None:
+            check_slots(self.running, self.max_loras)
         if refs != self.pool.ref_cnt:
             bad = next(b for b in range(len(refs)) if refs[b] != self.pool.ref_cnt[b])
             raise InvariantError(f"block {bad}: ref count {self.pool.ref_cnt[bad]} but "

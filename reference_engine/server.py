@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from reference_engine import debug_routes, metrics_spec, protocol
+from reference_engine import debug_routes, lora, metrics_spec, protocol
 from reference_engine import metrics as prom
 from reference_engine import metrics_legacy as prom_legacy
 from reference_engine import metrics_sglang as prom_sglang
@@ -139,11 +139,10 @@ async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamR
     # engine request unless it already finished, so its blocks are freed exactly once.
     app = request.app
     config, engine = app[CONFIG_KEY], app[ENGINE_KEY]
-    if req.model != config.model_name:
-        raise ApiError(400, f"model '{req.model}' is not served here; use "
-                            f"'{config.model_name}'", param="model", code="model_not_found")
+    adapter = resolve_model(config, engine, req.model)
     prompt_ids = _prompt_ids(app, req)
     params = _sampling_params(config, req, len(prompt_ids))
+    params.lora = adapter  # the adapter the model name names (lora.py), None for the base model
     prefix = "chatcmpl" if req.kind == "chat" else "cmpl"
     # Internal ids are always fresh: a client that reuses X-Request-Id can never be handed
     # another request's output.
@@ -169,6 +168,17 @@ async def _generate(request: web.Request, req: GenerationRequest) -> web.StreamR
             req, response_id, gen.created, gen.text(), gen.finish_reason, gen.usage()))
     finally:
         gen.close("the response ended before the engine finished (client gone?)")
+
+
+def resolve_model(config: EngineConfig, engine: Engine, name: str) -> str | None:
+    """The adapter a request's model name asks for (None: the base model); an unknown name is
+    vLLM's 404."""
+    if name == config.model_name:
+        return None
+    if engine.lora is not None and name in engine.lora:
+        return name
+    raise ApiError(404, f"The model `{name}` does not exist.", param="model", type_="NotFoundError",
+                   code=404)
 
 
 def unsent_bytes_probe(transport: asyncio.Transport) -> Callable[[], int]:
@@ -228,9 +238,7 @@ async def tokenize(request: web.Request) -> web.Response:
     messages, counted exactly as the completion endpoints count `usage.prompt_tokens`."""
     req = protocol.parse_tokenize(protocol.decode_body(await request.read()))
     config = request.app[CONFIG_KEY]
-    if req.model != config.model_name:
-        raise ApiError(400, f"model '{req.model}' is not served here; use "
-                            f"'{config.model_name}'", param="model", code="model_not_found")
+    resolve_model(config, request.app[ENGINE_KEY], req.model)
     tokenizer = request.app[TOKENIZER_KEY]
     if req.messages is not None:
         text = tokenizer.apply_chat_template(req.messages, req.add_generation_prompt)
@@ -245,11 +253,16 @@ async def tokenize(request: web.Request) -> web.Response:
 # ---- introspection -----------------------------------------------------------------------
 
 async def models(request: web.Request) -> web.Response:
-    config = request.app[CONFIG_KEY]
-    return web.json_response({"object": "list", "data": [{
-        "id": config.model_name, "object": "model", "created": request.app[STARTED_KEY],
-        "owned_by": "reference_engine", "root": config.model,
-        "max_model_len": config.max_model_len}]})
+    config, served = request.app[CONFIG_KEY], request.app[ENGINE_KEY].lora
+    created = request.app[STARTED_KEY]
+    cards = [{"id": config.model_name, "object": "model", "created": created,
+              "owned_by": "reference_engine", "root": config.model,
+              "max_model_len": config.max_model_len}]
+    # The adapters after the base model, as vLLM lists them (root: where it was loaded from).
+    cards += [{"id": a.name, "object": "model", "created": created, "owned_by": "reference_engine",
+               "root": a.path, "parent": config.model_name, "max_model_len": config.max_model_len}
+              for a in (served.adapters.values() if served is not None else ())]
+    return web.json_response({"object": "list", "data": cards})
 
 
 async def health(request: web.Request) -> web.Response:
@@ -276,6 +289,9 @@ async def metrics_route(request: web.Request) -> web.Response:
     text += debug_routes.metrics_lines(engine, app[CONFIG_KEY].model_name)
     text += engine.structured.metrics_lines(app[CONFIG_KEY].model_name)
     text += metrics_spec.render(engine.spec_counters(), app[CONFIG_KEY].model_name)
+    if engine.lora is not None:  # tuple(): one snapshot of each queue (the engine thread moves them)
+        text += lora.metric_lines(tuple(engine.scheduler.running), tuple(engine.scheduler.waiting),
+                                  engine.lora.max_loras, time.time())
     return web.Response(body=text.encode(), headers={"Content-Type": prom.CONTENT_TYPE})
 
 

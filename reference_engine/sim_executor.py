@@ -27,6 +27,8 @@ cost stays inside the fixed overhead. With async scheduling the fixed (host) ove
 while the device computes, so a step lasts max(device, host) instead of device + host.
 Structured output's token masks (the batch's `grammar_mask_s`) are host work too: beside the
 forward pass when `grammar_mask_overlap`, else before it.
+LoRA adapters (`enable_lora`) add each distinct adapter's shrink and expand to the step's
+device time (lora.py prices them).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from infbench.specs.roofline import step_time
 from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.device import SimDevice
 from reference_engine.executor import StepBatch
+from reference_engine.lora import LoraCost, LoraModules
 from reference_engine.sim_copy import ContextTexts, copied_token
 from reference_engine.spec_decode import SpeculativeConfig, as_text
 
@@ -155,6 +158,11 @@ class SimExecutor:
         # At TP > 1 each layer's two all-reduces are kernels too.
         kernels = EAGER_KERNELS_PER_LAYER + (2 if self.tp > 1 else 0)
         self.kernel_floor_s = layers * kernels * DEFAULT_KERNEL_FLOOR_S / self.clock_ratio
+        self.lora = (LoraCost(LoraModules.parse(config.lora_modules, config.max_loras,
+                                                config.max_lora_rank, config.model_name),
+                              self.model, self.gpu, self.tp, self.bandwidth_fraction,
+                              self.flops_fraction, config.sim_lora_launch_us)
+                     if config.enable_lora else None)
 
     def predict(self, batch: StepBatch) -> float:
         """Seconds this step takes on the simulated device, overhead included."""
@@ -193,13 +201,15 @@ class SimExecutor:
         # be built: serial with the compute. A link trained low adds its slower transfer.
         pcie_s = self.device.extra_transfer_s(pcie_bytes) if self.device is not None else 0.0
         draft_s = self.draft_s if self.draft_s and any(w.num_draft_tokens for w in batch.seqs) else 0.0
+        lora_s, adapters = self.lora.step_seconds(batch) if self.lora is not None else (0.0, 0)
         device = (bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
-                  + self.kernel_floor_s + pcie_s + draft_s + prefill_s)
+                  + self.kernel_floor_s + pcie_s + draft_s + prefill_s + lora_s)
         # What the step was made of, for the synthetic profiler trace (profiling.py).
         self.last_parts = {"breakdown": bd, "launch_s": launch, "device_s": device,
                            "graph": bool(decode and not prefill and launch != self.eager_s),
                            "padded_rows": len(decode) - sum(1 for w in batch.seqs if w.is_decode),
-                           "pcie_s": pcie_s, "pcie_bytes": pcie_bytes, "draft_s": draft_s}
+                           "pcie_s": pcie_s, "pcie_bytes": pcie_bytes, "draft_s": draft_s,
+                           "lora_s": lora_s, "lora_adapters": adapters}
         plain = max(device, self.overhead_s) if self.async_scheduling else device + self.overhead_s
         return self._with_grammar_mask(plain, device, batch.grammar_mask_s)
 

@@ -6,7 +6,8 @@ qkv and output projections (the attention weights, split by head counts), attent
 layer's KV reads), the MLP up and down projections (2/3 and 1/3 of the MLP weights), and at
 the end the LM head (the head, embedding and anything else). Tensor parallelism adds two
 all-reduces per layer that share the step's all-reduce time. Launch time becomes gaps before
-the kernels that were launched eagerly.
+the kernels that were launched eagerly. LoRA adapters (lora.py) add a shrink and an expand
+kernel per layer after the MLP, sharing the step's LoRA time.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def step_kernels(ex: Any, parts: dict[str, Any]) -> list[tuple[str, float, float
               ("sim::o_proj", attn - qkv), ("sim::mlp_gate_up", 2 * mlp / 3),
               ("sim::mlp_down", mlp / 3)]
     total = max(bd.bytes_moved, 1.0)
-    compute_s = parts["device_s"] - launch - bd.comm_s * (ex.collective_factor)
-    comm_s = parts["device_s"] - launch - compute_s
+    lora_s = parts.get("lora_s", 0.0)
+    compute_s = parts["device_s"] - launch - lora_s - bd.comm_s * (ex.collective_factor)
+    comm_s = parts["device_s"] - launch - lora_s - compute_s
     per_layer_kernels = len(shares) + (2 if ex.tp > 1 else 0)
     eager = not graph
     gap_all = launch / (layers * per_layer_kernels + 1) if eager else 0.0
@@ -52,5 +54,8 @@ def step_kernels(ex: Any, parts: dict[str, Any]) -> list[tuple[str, float, float
             out.append((name, compute_s * b / total, gap))
             if ex.tp > 1 and name in ("sim::o_proj", "sim::mlp_down"):
                 out.append((NCCL, comm_s / (2 * layers), gap_all))
+        if lora_s > 0:
+            out.append(("sim::lora_shrink", lora_s / (2 * layers), gap_all))
+            out.append(("sim::lora_expand", lora_s / (2 * layers), gap_all))
     out.append(("sim::lm_head", compute_s * head / total, gap_all))
     return out

@@ -109,7 +109,6 @@ BAD_REQUESTS = [
     ("/v1/completions", b"[1, 2]", None),
     ("/v1/completions", {"prompt": "x"}, "model"),
     ("/v1/completions", {"model": MODEL}, "prompt"),
-    ("/v1/completions", {"model": "gpt-4", "prompt": "x"}, "model"),
     ("/v1/completions", {"model": MODEL, "prompt": 5}, "prompt"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": "5"}, "max_tokens"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0}, "max_tokens"),
@@ -145,6 +144,17 @@ def test_bad_input_is_a_400_naming_the_field(engine: EngineProcess, path: str, b
     assert error["param"] == param
     if param:
         assert param.split(".")[-1].split("[")[0] in error["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize"])
+def test_a_model_not_served_is_vllms_404_naming_it(engine: EngineProcess, path: str) -> None:
+    body: dict[str, Any] = {"model": "gpt-4", "prompt": "x"}
+    if path == "/v1/chat/completions":
+        body = {"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}
+    status, _, raw = engine.request("POST", path, body)
+    assert status == 404, raw
+    assert json.loads(raw)["error"] == {"message": "The model `gpt-4` does not exist.",
+                                        "type": "NotFoundError", "param": "model", "code": 404}
 
 
 def test_server_survives_bad_input_and_unknown_routes(engine: EngineProcess) -> None:
