@@ -28,6 +28,7 @@ from playbooks.dilution.properties import profile
 from playbooks.findings import Diagnosis
 
 Runner = Callable[[dict[str, Any]], str]
+DEFAULT_MAX_REQUESTS = 200
 
 
 def copy_run(source_db: Path, ref: str, db: Path) -> str:
@@ -51,8 +52,8 @@ def copy_run(source_db: Path, ref: str, db: Path) -> str:
 
 
 def plan_dilution(db: Path | str, bench: str, prod: str, *, prod_db: Path | str | None = None,
-                  attribution: str = "one-at-a-time", requests: int = 60, seconds: float = 30.0,
-                  repeats: int = 1) -> Plan:
+                  attribution: str = "one-at-a-time", requests: int | None = None,
+                  seconds: float = 30.0, repeats: int = 1) -> Plan:
     """Both runs measured (the production run from `prod_db` where given) and the re-runs
     chosen; nothing is sent or written."""
     con = open_store(Path(db), read_only=True)
@@ -69,6 +70,8 @@ def plan_dilution(db: Path | str, bench: str, prod: str, *, prod_db: Path | str 
         finally:
             other.close()
     check_pair(b, p)
+    if requests is None:  # as many as the runs sent, so a re-run's start weighs as theirs did
+        requests = min(DEFAULT_MAX_REQUESTS, max(b.requests, p.requests))
     return make_plan(b, p, attribution, Budget(requests, seconds, repeats))
 
 
@@ -96,7 +99,7 @@ def analyse(db: Path | str, bench: str, prod: str, options: DilutionOptions) -> 
 
 def measure_dilution(db: Path | str, bench: str, prod: str, *, runner: Runner | None,
                      metric: str = "throughput", attribution: str = "one-at-a-time",
-                     requests: int = 60, seconds: float = 30.0, repeats: int = 1) -> Any:
+                     requests: int | None = None, seconds: float = 30.0, repeats: int = 1) -> Any:
     """Plan, re-run (unless `runner` is None: matched strata), analyse: the attribution as a
     pandas DataFrame (metric, part, kind, value, uncertainty, share_of_gap, ...)."""
     options = DilutionOptions(prod=prod, metric=metric, no_rerun=runner is None)

@@ -91,14 +91,15 @@ class Figure:
 def evaluate(table: list[Row], values: dict[Key, float], variances: dict[Key, float]) -> list[Figure]:
     """Each row's value and 95% half-width. The interaction is computed as the gap less the
     sum of the parts, so the parts and it add up to the gap to the last bit of rounding."""
+    for r in table:
+        missing = [k for k in r.weights if k not in values]
+        if missing:
+            raise ValueError(f"attribution: no measured value for {missing[0]!r}")
     out = []
     parts_sum = math.fsum(sum(w * values[k] for k, w in r.weights.items())
                           for r in table if r.kind == "part")
     gap = sum(w * values[k] for k, w in table[0].weights.items())
     for r in table:
-        missing = [k for k in r.weights if k not in values]
-        if missing:
-            raise ValueError(f"attribution: no measured value for {missing[0]!r}")
         value = gap - parts_sum if r.kind == "interaction" else math.fsum(
             w * values[k] for k, w in r.weights.items())
         var = sum(w * w * variances.get(k, 0.0) for k, w in r.weights.items())

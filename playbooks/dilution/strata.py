@@ -2,7 +2,8 @@
 
 Requests of both runs are put in strata by length buckets (quartiles of the two runs' pooled
 input lengths, output lengths and, where both runs have it, prefix shares). The strata both
-runs reach are the matched ones. A per-request metric's mean over the benchmark is then moved
+runs reach are the matched ones (production's requests in a stratum the benchmark never reached
+are left out of the split and said). A per-request metric's mean over the benchmark is then moved
 to production's mix one property at a time: step k weighs each stratum by production's share
 of its first k properties' buckets times the benchmark's share of the rest given them, and
 part_k is the change of the mean of the benchmark's per-stratum means from step k-1 to k. The
@@ -43,18 +44,18 @@ def _split(bench: np.ndarray, prod: np.ndarray, props: list[tuple[np.ndarray, np
     gap = float(mp.mean() - mb.mean())
     cells_b = {tuple(r) for r in bench.tolist()}
     keep_p = np.array([tuple(r) in cells_b for r in prod.tolist()], dtype=bool)
-    cells_p = {tuple(r) for r in prod[keep_p].tolist()}
-    keep_b = np.array([tuple(r) in cells_p for r in bench.tolist()], dtype=bool)
     if not keep_p.any():
         return [0.0] * len(props), gap, 0.0, gap
-    b, p = bench[keep_b], prod[keep_p]
-    cells = sorted(cells_p)
+    # Every benchmark stratum stays (one production lacks is part of the shift); production's
+    # requests in strata the benchmark never reached have no benchmark figure to move to.
+    p = prod[keep_p]
+    cells = sorted(cells_b)
     index = {c: i for i, c in enumerate(cells)}
-    cb = np.array([index[tuple(r)] for r in b.tolist()])
+    cb = np.array([index[tuple(r)] for r in bench.tolist()])
     cp = np.array([index[tuple(r)] for r in p.tolist()])
     nb = np.bincount(cb, minlength=len(cells)).astype(float)
     npr = np.bincount(cp, minlength=len(cells)).astype(float)
-    m_b = np.bincount(cb, weights=mb[keep_b], minlength=len(cells)) / np.maximum(nb, 1)
+    m_b = np.bincount(cb, weights=mb, minlength=len(cells)) / np.maximum(nb, 1)
     m_p = np.bincount(cp, weights=mp[keep_p], minlength=len(cells)) / np.maximum(npr, 1)
     wb, wp = nb / nb.sum(), npr / npr.sum()
     keys = np.array(cells)

@@ -29,7 +29,8 @@ def dilution(
     prod_db: Path | None = typer.Option(None, "--prod-db", help="The store holding the production run, "
                                         "when not --db: the run is copied into --db first."),
     url: str | None = typer.Option(None, help="Target of the re-runs (default: the benchmark run's URL)."),
-    requests: int = typer.Option(60, "--requests", help="Budget: requests per re-run."),
+    requests: int | None = typer.Option(None, "--requests", help="Budget: requests per re-run "
+                                        "(default: as many as the larger run sent, at most 200)."),
     seconds: float = typer.Option(30.0, "--seconds", help="Budget: seconds of sending per re-run."),
     repeats: int = typer.Option(1, "--repeats", help="Runs per configuration (their spread is the uncertainty)."),
     attribution: str = typer.Option("one-at-a-time", "--attribution",

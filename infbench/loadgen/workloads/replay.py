@@ -9,7 +9,8 @@ swapped in.
 
 A shared prefix is the start of one document per run: a row sharing P tokens sends the
 document's first P tokens (BOS and template included in P), then fresh words. Rows sharing
-different lengths share their common leading part, as a prefix cache holds it. The label
+different lengths share their common leading part, as a prefix cache holds it; the first row
+carries the longest start any row shares (it misses, as the first request of a run does). The label
 says what an earlier row of the run already sent (`prefix-N`: N tokens; `unshared`), which
 the prefix-cache check reads as the share the workload itself repeats (`loadgen.cache_share`).
 """
@@ -67,8 +68,12 @@ class Replay:
         document: list[str] = []   # the run's shared document, grown as rows need more
         doc_tokens = 0.0
         sent_shared = 0            # the longest shared start an earlier row sent
-        for row in self.rows:
-            shared = min(row.shared_tokens, row.input_tokens)
+        # The first row carries the document's start: in the run measured, whatever the first
+        # hit found was sent by a request before it that missed (a group's first), and the
+        # first request of a run always misses. Without this, the first sharing row would miss.
+        seed = max(min(r.shared_tokens, r.input_tokens) for r in self.rows)
+        for k, row in enumerate(self.rows):
+            shared = min(row.shared_tokens if k else seed, row.input_tokens)
             body = shared - self.tokens.overhead  # BOS and template are in every prompt anyway
             head = ""
             if shared > 0 and body >= 1:

@@ -1,0 +1,142 @@
+"""`infbench diagnose dilution` on the bundled engine: a benchmark run and a "production" run
+that differ in known ways (4x longer prompts; half the prefix share; bursty arrivals; two at
+once), each dilution re-measured by the command's re-runs and checked against the effect of
+the injected difference measured directly (the two stored runs where one thing differs, or a
+run with only that difference), within 10%; the parts and the interaction sum to the gap; the
+biggest is named. The engine simulates a small model on an L4, whose steps (~27 ms decode,
+a prefill of 1,536 tokens ~130 ms) dwarf the host's jitter. Loopback only, bounded runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.engine_process import EngineProcess, running_engine
+from tests.support.cli import closed_loop, infbench
+from tests.support.store_rows import store_rows
+
+pytestmark = pytest.mark.e2e
+TOLERANCE = 0.10
+
+
+@pytest.fixture(scope="module")
+def slow_engine() -> Iterator[EngineProcess]:
+    with running_engine("--gpu", "L4") as e:
+        yield e
+
+
+def run(engine: EngineProcess, db: Path, *options: str) -> str:
+    r = infbench("run", "--url", engine.url, "--db", str(db), "--quiet", "--scrape-interval", "0.5",
+                 *options, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return str(store_rows(db, "SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1")[0][0])
+
+
+def dilution(engine: EngineProcess, db: Path, bench: str, prod: str, metric: str) -> dict[str, Any]:
+    r = infbench("diagnose", "dilution", bench, prod, "--db", str(db), "--url", engine.url,
+                 "--seconds", "40", "--metric", metric, "--json", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the budget is printed (stderr with --json) before the first re-run is
+    assert r.stderr.index("budget: each re-run at most") < r.stderr.index("re-run 1/")
+    return json.loads(r.stdout)
+
+
+def table(d: dict[str, Any], metric: str) -> dict[str, float]:
+    return {row["part"]: row["value"] for row in d["context"]["table"] if row["metric"] == metric}
+
+
+def metric_of(d: dict[str, Any], metric: str, side: str) -> float:
+    return float(d["context"]["metrics"][side][metric])
+
+
+def check_sum(t: dict[str, float], parts: list[str]) -> None:
+    total = math.fsum(t[p] for p in parts) + t["interaction"]
+    assert total == pytest.approx(t["gap"], abs=1e-6 * max(1.0, abs(t["gap"])))
+    details = t["swap_interaction"] + t["baseline_drift"] + t["not_reproduced"]
+    assert details == pytest.approx(t["interaction"], abs=1e-6 * max(1.0, abs(t["gap"])))
+
+
+def within(measured: float, direct: float) -> None:
+    assert abs(measured - direct) <= TOLERANCE * abs(direct), (measured, direct)
+
+
+def test_four_times_longer_prompts_only(slow_engine: EngineProcess, tmp_path: Path) -> None:
+    db = tmp_path / "d.duckdb"
+    bench = run(slow_engine, db, *closed_loop(40, 2, "384", "12"))
+    prod = run(slow_engine, db, *closed_loop(40, 2, "1536", "12"))
+    d = dilution(slow_engine, db, bench, prod, "ttft_ms")
+    assert d["context"]["differing"] == ["input_lengths"]
+    t = table(d, "ttft_ms")
+    direct = t["gap"]  # the two runs differ in the prompts' lengths only
+    assert direct > 50
+    within(t["input_lengths"], direct)
+    check_sum(t, ["input_lengths"])
+    assert d["findings"][0]["verdict"] == "dilution_input_lengths"
+    # the re-runs are stored, tagged with their session and what they swapped
+    tags = store_rows(db, "SELECT json_extract_string(config, '$.dilution.config') FROM runs "
+                          "WHERE json_extract(config, '$.dilution') IS NOT NULL ORDER BY created_at")
+    assert [x[0] for x in tags] == ["baseline", "input_lengths"]
+
+
+def test_half_the_prefix_share_only(slow_engine: EngineProcess, tmp_path: Path) -> None:
+    db = tmp_path / "d.duckdb"
+    common = ("--workload", "prefix", "--prefix-groups", "2", "--arrival", "closed", "--concurrency", "3",
+              "--num-requests", "48", "--output-tokens", "12")
+    bench = run(slow_engine, db, *common, "--prefix-tokens", "1536", "--input-tokens", "512")
+    prod = run(slow_engine, db, *common, "--prefix-tokens", "768", "--input-tokens", "1280")
+    d = dilution(slow_engine, db, bench, prod, "ttft_ms")
+    assert d["context"]["differing"] == ["prefix_share"]
+    ev = {e["name"]: e["values"] for e in d["findings"][0]["evidence"]}
+    assert ev["prefix_share_production"]["share"] == pytest.approx(
+        ev["prefix_share_benchmark"]["share"] / 2, rel=0.1)
+    t = table(d, "ttft_ms")
+    assert t["gap"] > 50
+    within(t["prefix_share"], t["gap"])
+    check_sum(t, ["prefix_share"])
+    assert d["findings"][0]["verdict"] == "dilution_prefix_share"
+
+
+def test_bursty_arrivals_only(slow_engine: EngineProcess, tmp_path: Path) -> None:
+    db = tmp_path / "d.duckdb"
+    common = ("--rate", "10", "--seed", "3", "--num-requests", "160", "--input-tokens", "512",
+              "--output-tokens", "12")
+    bench = run(slow_engine, db, "--arrival", "poisson", *common)
+    prod = run(slow_engine, db, "--arrival", "gamma", "--burstiness", "0.1", *common)
+    d = dilution(slow_engine, db, bench, prod, "ttft_ms")
+    assert d["context"]["differing"] == ["arrivals"]
+    t = table(d, "ttft_ms")
+    assert t["gap"] > 50
+    within(t["arrivals"], t["gap"])
+    check_sum(t, ["arrivals"])
+    assert d["findings"][0]["verdict"] == "dilution_arrivals"
+
+
+def test_two_differences_at_once(slow_engine: EngineProcess, tmp_path: Path) -> None:
+    """Production runs a third of the benchmark's concurrency and a quarter of its replies: both
+    cost throughput, concurrency the most; they interact (fewer slots lose less to shorter
+    replies), and the interaction takes that."""
+    db = tmp_path / "d.duckdb"
+    bench = run(slow_engine, db, *closed_loop(24, 6, "1024", "64"))
+    prod = run(slow_engine, db, *closed_loop(24, 2, "1024", "16"))
+    # each difference alone, measured directly
+    slots_only = run(slow_engine, db, *closed_loop(24, 2, "1024", "64"))
+    replies_only = run(slow_engine, db, *closed_loop(24, 6, "1024", "16"))
+    d = dilution(slow_engine, db, bench, prod, "throughput")
+    assert d["context"]["differing"] == ["output_lengths", "arrivals"]
+    t = table(d, "throughput")
+    rows = dict(store_rows(db, "SELECT run_id, (SELECT sum(output_tokens) / ((max(end_ns) - min(send_ns)) / 1e9) "
+                               "FROM requests r WHERE r.run_id = runs.run_id AND phase = 'measure' "
+                               "AND error_class IS NULL) FROM runs"))
+    base = rows[bench]
+    assert base == pytest.approx(metric_of(d, "throughput", "bench"))
+    direct = {"arrivals": rows[slots_only] - base, "output_lengths": rows[replies_only] - base}
+    for name, effect in direct.items():
+        within(t[name], effect)
+    check_sum(t, ["output_lengths", "arrivals"])
+    assert t["gap"] < 0 and direct["arrivals"] < direct["output_lengths"] < 0
+    assert d["findings"][0]["verdict"] == "dilution_arrivals"
