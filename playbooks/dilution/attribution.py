@@ -54,7 +54,7 @@ def part_weights(differing: tuple[str, ...], method: str) -> dict[str, dict[Key,
     out: dict[str, dict[Key, float]] = {}
     for p in differing:
         others = [q for q in differing if q != p]
-        terms = []
+        terms: list[tuple[float, dict[Key, float]]] = []
         for size in range(len(others) + 1):
             w = math.factorial(size) * math.factorial(k_all - size - 1) / math.factorial(k_all)
             for subset in combinations(others, size):
@@ -68,7 +68,7 @@ def rows(differing: tuple[str, ...], method: str) -> list[Row]:
     """gap, the parts, the interaction and its three pieces, in that order."""
     empty: frozenset[str] = frozenset()
     full = frozenset(differing)
-    gap = {PROD: 1.0, BENCH: -1.0}
+    gap: dict[Key, float] = {PROD: 1.0, BENCH: -1.0}
     parts = part_weights(differing, method)
     summed = _add(*((1.0, w) for w in parts.values()))
     out = [Row("gap", "gap", gap)]

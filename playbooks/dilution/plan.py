@@ -196,7 +196,7 @@ def recipe(plan: Plan, swapped: frozenset[str], *, repeat: int, session: str, se
     structured = src["structured"]
     schemas = [structured.schema_labels[i % structured.requests] for i in range(n)]
     arr = src["arrivals"]
-    at: list[float | None] = [None] * n if arr.closed_slots is not None else _offsets(arr, n)
+    at: list[float | None] = [None] * n if arr.closed_slots is not None else list(_offsets(arr, n))
     rows = [{"input_tokens": max(1, int(i)), "output_tokens": max(1, int(o)),
              "shared_tokens": int(round(s * i)), "schema": sc, "at": t}
             for i, o, s, sc, t in zip(inputs.tolist(), outputs.tolist(), shares.tolist(), schemas, at,

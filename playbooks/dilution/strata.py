@@ -111,7 +111,10 @@ def matched_strata(bench: RunProfile, prod: RunProfile, differing: list[str],
         return float(Z95 * np.array([pick(d) for d in draws]).std(ddof=1))
 
     out = [Figure("gap", "gap", gap, spread(lambda d: d[1]))]
-    out += [Figure(p, "part", parts[i], spread(lambda d, i=i: d[0][i])) for i, p in enumerate(props)]
+    def part(i: int) -> Callable[[Draw], float]:
+        return lambda d: d[0][i]
+
+    out += [Figure(p, "part", parts[i], spread(part(i))) for i, p in enumerate(props)]
     out.append(Figure("interaction", "interaction", gap - float(np.sum(parts)),
                       spread(lambda d: d[1] - float(np.sum(d[0])))))
     out.append(Figure("within_strata", "detail", within, spread(lambda d: d[2])))
