@@ -160,3 +160,10 @@ def test_no_rerun_refuses_a_whole_run_metric_and_dry_run_sends_nothing(store: Pa
         con.close()
     r = _cli(bench, prod, "--db", str(store), "--metric", "latency")
     assert r.exit_code == USAGE and "metric" in r.stderr
+
+
+@pytest.mark.parametrize("counts", [{"requests": 40, "replicas": 1}, {"requests": 9, "replicas": 3, "configs": 1}])
+def test_the_triage_never_runs_it_and_says_how_to(counts: dict) -> None:
+    from playbooks.registry import BY_NAME
+    runs, why = BY_NAME["dilution"].needs.check(counts, "H100-SXM", "m-7b")
+    assert not runs and "infbench diagnose dilution BENCH_RUN PROD_RUN" in why
