@@ -27,6 +27,7 @@ from typing import Any, Literal, get_type_hints
 
 import duckdb
 
+from playbooks.adapters import AdapterOptions, diagnose_adapters
 from playbooks.config import ConfigOptions, diagnose_config
 from playbooks.dilution import DilutionOptions, diagnose_dilution
 from playbooks.findings import Diagnosis
@@ -46,7 +47,7 @@ from playbooks.tenants import TenantOptions, diagnose_tenants
 ROW_KINDS = ("requests", "content_chunks", "engine_steps", "metric_samples", "memory_samples",
              "gpu_samples", "client_samples", "hang_captures", "startup_logs", "traces",
              "configs", "link_probes", "structured_requests", "spec_decode_samples",
-             "tenant_requests")
+             "tenant_requests", "adapter_requests")
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,14 @@ PLAYBOOKS: tuple[Playbook, ...] = (
                   "roofline) against its share of requests, and while tenants competed against its\n"
                   "entitlement: the tenant that takes more while the others wait (the long-document\n"
                   "tenant), and the fix (runbook: playbooks/tenants/tenants.md)."),
+    Playbook("adapters", AdapterOptions, diagnose_adapters,
+             Needs("requests naming LoRA adapters (infbench run --adapters)",
+                   "no request named an adapter (infbench run --adapters)",
+                   rows=("adapter_requests",)),
+             help="LoRA adapters taking turns: latency by adapter against the batches' composition\n"
+                  "(distinct adapters per step at the max_loras ceiling while others wait, from the\n"
+                  "engine step log or vLLM's vllm:lora_requests_info; TTFT against the adapters in\n"
+                  "flight), and the setting that fixes it (runbook: playbooks/adapters/adapters.md)."),
 )
 
 BY_NAME: dict[str, Playbook] = {p.name: p for p in PLAYBOOKS}

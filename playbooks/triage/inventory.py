@@ -40,12 +40,14 @@ SELECT (SELECT count(*) FROM requests WHERE run_id = $run_id) AS requests,
        (SELECT count(*) FROM metric_samples WHERE run_id = $run_id
           AND starts_with(name, 'vllm:spec_decode_')) AS spec_decode_samples,
        (SELECT CASE WHEN count(DISTINCT coalesce(tenant, '')) > 1 THEN count(*) ELSE 0 END
-          FROM requests WHERE run_id = $run_id) AS tenant_requests
+          FROM requests WHERE run_id = $run_id) AS tenant_requests,
+       (SELECT count(*) FROM requests WHERE run_id = $run_id AND adapter IS NOT NULL)
+           AS adapter_requests
 """
 _COUNTS = ("requests", "content_chunks", "replicas", "engine_steps", "metric_samples",
            "memory_samples", "gpu_samples", "client_samples", "hang_captures", "startup_logs",
            "traces", "configs", "link_probes", "structured_requests", "spec_decode_samples",
-           "tenant_requests")
+           "tenant_requests", "adapter_requests")
 
 # source -> (the question it settles, verdicts that leave that question open)
 QUESTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
