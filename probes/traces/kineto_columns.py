@@ -30,6 +30,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +156,10 @@ class _Args(msgspec.Struct, gc=False):
 
 class _Event(msgspec.Struct, gc=False):
     ph: Any = None
-    cat: Any = None
-    name: Any = None
+    # text as Kineto writes it; a number or object here fails the decode and the file is
+    # read again by the general parser, which turns it into its JSON text as the import does
+    cat: str | None = None
+    name: str | None = None
     ts: msgspec.Raw = msgspec.Raw()  # the literal's text: a double would lose nanoseconds
     dur: Any = None
     args: _Args | None = None
@@ -172,10 +175,13 @@ class _Trace(msgspec.Struct, gc=False):
 
 
 _DECODE = msgspec.json.Decoder(_Trace | list[_Event]).decode
+_PH, _TS, _CAT, _NAME, _DUR, _ARGS = (attrgetter(f) for f in ("ph", "ts", "cat", "name", "dur", "args"))
+_CORR, _STREAM = attrgetter("correlation"), attrgetter("stream")
+_NO_ARGS = _Args()
 
 # What the timeline reads from a file: every event's ts literal, then the index, cat, name,
 # dur, correlation and stream of each `ph: X` event, as lists.
-_Fields = tuple[list[bytes], list[int], list[Any], list[Any], list[Any], list[Any], list[Any]]
+_Fields = tuple[list[Any], list[int], list[Any], list[Any], list[Any], list[Any], list[Any]]
 
 
 def _fields_from_structs(doc: _Trace | list[_Event]) -> tuple[_Fields, dict[str, Any]]:
@@ -185,13 +191,13 @@ def _fields_from_structs(doc: _Trace | list[_Event]) -> tuple[_Fields, dict[str,
         events = doc.traceEvents
         meta = {k: v for k, v in msgspec.structs.asdict(doc).items()
                 if k != "traceEvents" and v is not None}
-    # one pass per column: faster than a tuple per event turned into columns
-    idx = [i for i, e in enumerate(events) if e.ph == "X"]
-    xs = [events[i] for i in idx]
-    args = [e.args for e in xs]
-    return ([bytes(e.ts) for e in events], idx, [e.cat for e in xs], [e.name for e in xs],
-            [e.dur for e in xs], [a.correlation if a is not None else None for a in args],
-            [a.stream if a is not None else None for a in args]), meta
+    # one pass per column, each a C-level map where it can be: faster than a tuple per event
+    # turned into columns, and the ts literals stay msgspec's Raw views (no bytes copies)
+    idx = [i for i, ph in enumerate(map(_PH, events)) if ph == "X"]
+    xs = list(map(events.__getitem__, idx))
+    args = [a if a is not None else _NO_ARGS for a in map(_ARGS, xs)]
+    return (list(map(_TS, events)), idx, list(map(_CAT, xs)), list(map(_NAME, xs)),
+            list(map(_DUR, xs)), list(map(_CORR, args)), list(map(_STREAM, args))), meta
 
 
 def _literal(v: Any) -> bytes:
@@ -205,8 +211,8 @@ def _fields_from_dicts(doc: Any) -> tuple[_Fields, dict[str, Any]]:
     idx = [i for i, e in enumerate(ev) if e.get("ph") == "X"]
     xs = [ev[i] for i in idx]
     args = [found if isinstance(found := e.get("args"), dict) else {} for e in xs]
-    return ([_literal(e.get("ts")) for e in ev], idx, [e.get("cat") for e in xs],
-            [e.get("name") for e in xs], [e.get("dur") for e in xs],
+    return ([_literal(e.get("ts")) for e in ev], idx, _texts([e.get("cat") for e in xs]),
+            _texts([e.get("name") for e in xs]), [e.get("dur") for e in xs],
             [a.get("correlation") for a in args], [a.get("stream") for a in args]), meta
 
 
@@ -250,11 +256,16 @@ def _no_events(round_to_us: bool) -> dict[str, Any]:
             "stream": z}
 
 
-def _strings(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
+def _texts(values: list[Any]) -> list[str | None]:
     # Text columns as the import reads them: a JSON string as is, other values as their
-    # JSON text (DuckDB's VARCHAR of a number), missing as None.
+    # JSON text (DuckDB's VARCHAR of a number), missing as None. (msgspec's decode already
+    # refuses anything but a string or null there.)
+    return [v if v.__class__ is str or v is None else json.dumps(v) for v in values]
+
+
+def _strings(values: list[str | None]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
-    out[:] = [v if v.__class__ is str or v is None else json.dumps(v) for v in values]
+    out[:] = values
     return out
 
 

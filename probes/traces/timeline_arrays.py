@@ -85,9 +85,10 @@ class TimelineArrays:
 
 def _codes(values: np.ndarray) -> tuple[list, np.ndarray]:
     """Distinct values (first-seen order) and each row's index into them (None included)."""
-    index: dict = {}
-    inv = np.array([index.setdefault(v, len(index)) for v in values.tolist()], dtype=np.int64)
-    return list(index), inv
+    vals = values.tolist()
+    uniq = list(dict.fromkeys(vals))  # C-level passes: a trace has a few hundred names
+    index = {v: i for i, v in enumerate(uniq)}
+    return uniq, np.fromiter(map(index.__getitem__, vals), np.int64, len(vals))
 
 
 def _per_value(values: np.ndarray, fn, codes: tuple[list, np.ndarray] | None = None) -> np.ndarray:
