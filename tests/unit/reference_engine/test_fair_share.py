@@ -27,19 +27,20 @@ EOS = 257
 
 
 def fair(weights: dict[str, float] | None = None, max_num_seqs: int = 4, budget: int = 512,
-         num_blocks: int = 1200, policy: str = "fair") -> Scheduler:
+         num_blocks: int = 1200, policy: str = "fair", max_loras: int | None = None) -> Scheduler:
     config = EngineConfig(scheduling_policy=policy, tenant_weights=weights)
     return Scheduler(BlockPool(num_blocks, BS, False), max_num_seqs, budget, 8192, True, EOS,
-                     policy, fair=fair_share_for(config))
+                     policy, fair=fair_share_for(config), max_loras=max_loras)
 
 
 _ids = itertools.count()
 
 
-def add(s: Scheduler, tenant: str | None, prompt: int, out: int = 4, t: float = 0.0) -> Sequence:
+def add(s: Scheduler, tenant: str | None, prompt: int, out: int = 4, t: float = 0.0,
+        lora: str | None = None) -> Sequence:
     i = next(_ids)
     seq = Sequence(i, f"r{i}", [100 + (i + k) % 50 for k in range(prompt)],
-                   SamplingParams(max_tokens=out, tenant=tenant), lambda o: None, t)
+                   SamplingParams(max_tokens=out, tenant=tenant, lora=lora), lambda o: None, t)
     s.add(seq)
     return seq
 
@@ -176,6 +177,29 @@ def test_requests_without_a_user_are_one_tenant() -> None:
         step(s)
     assert step(s)[0][0] is b
     assert s.fair is not None and set(s.fair.charges) >= {None, "x"}
+
+
+@pytest.mark.parametrize("max_loras", [1, 2])
+def test_fair_admission_keeps_the_adapter_slot_rule(max_loras: int) -> None:
+    # Each tenant's head is on an adapter; under fair the least-charged tenant goes first,
+    # but a head whose adapter has no slot is skipped (left waiting) and the tenant's next
+    # request tried, as vLLM's rule does under fcfs: the batch never holds more adapters.
+    s = fair(max_num_seqs=8, budget=4096, max_loras=max_loras)
+    names = ["a", "b", "c"][:max_loras + 1]
+    heads = [add(s, f"t{i}", 100, out=6, lora=n) for i, n in enumerate(names)]
+    base = add(s, f"t{max_loras}", 100, out=6)  # behind the head with no slot, same tenant
+    first = {q.seq_id for q, _ in step(s)}
+    assert {h.seq_id for h in heads[:max_loras]} | {base.seq_id} == first
+    assert heads[-1].status.value == "waiting"  # skipped, not admitted and not dropped
+    seen: set[str] = set()
+    for _ in range(200):
+        if not s.has_work():
+            break
+        step(s)
+        adapters = {q.params.lora for q in s.running} - {None}
+        assert len(adapters) <= max_loras
+        seen |= adapters
+    assert not s.has_work() and seen | set(names[:max_loras]) == set(names)
 
 
 def test_check_invariants_catches_a_bad_total() -> None:
