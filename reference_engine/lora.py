@@ -181,10 +181,12 @@ def metric_lines(running: Iterable[Sequence], waiting: Iterable[Sequence], max_l
                  now: float) -> str:
     """vLLM's `vllm:lora_requests_info`: a gauge set to the time of the last update, whose
     labels carry the setting and the adapters of the running and of the waiting requests
-    (comma-joined; vLLM's label order)."""
+    (comma-joined; the label order vLLM 0.32's /metrics prints). One difference: vLLM 0.32
+    lists a request as waiting only once its first output reached the API server, so a
+    request held back by max_loras is missing there; here every waiting request counts."""
     run = ",".join(sorted(batch_adapters(running)))
     wait = ",".join(sorted(batch_adapters(waiting)))
     return ("# HELP vllm:lora_requests_info Running stats on lora requests.\n"
             "# TYPE vllm:lora_requests_info gauge\n"
-            f'vllm:lora_requests_info{{max_lora="{max_loras}",waiting_lora_adapters="{wait}",'
-            f'running_lora_adapters="{run}"}} {now}\n')
+            f'vllm:lora_requests_info{{max_lora="{max_loras}",running_lora_adapters="{run}",'
+            f'waiting_lora_adapters="{wait}"}} {now}\n')

@@ -177,8 +177,8 @@ def resolve_model(config: EngineConfig, engine: Engine, name: str) -> str | None
         return None
     if engine.lora is not None and name in engine.lora:
         return name
-    raise ApiError(404, f"The model `{name}` does not exist.", param="model", type_="NotFoundError",
-                   code=404)
+    raise ApiError(404, f"The model `{name}` does not exist. Valid aliases: {config.model_name}.",
+                   param="model", type_="NotFoundError", code=404)
 
 
 def unsent_bytes_probe(transport: asyncio.Transport) -> Callable[[], int]:

@@ -7,7 +7,12 @@ Two sources, the first found is read:
   time of its last update, whose labels carry `max_lora` and the adapters of the running and
   of the waiting requests. At each scrape the label set updated last is the engine's state;
   a scrape is at the ceiling when `max_lora` adapters run, and blocked when, there, an
-  adapter waits that is not running (its requests can only wait for a slot).
+  adapter waits that is not running (its requests can only wait for a slot). vLLM 0.32 marks
+  a request waiting only when its QUEUED event reaches the API server, which comes with the
+  request's first output: a request held back by max_loras is not in `waiting_lora_adapters`
+  (seen on its CPU build: chat requests queued for 8 s behind sql ones, the label said
+  waiting="sql"). So the adapters the clients had sent and not had a first token from at the
+  scrape count as waiting too (the run's own requests).
 """
 
 from __future__ import annotations
@@ -31,14 +36,24 @@ FROM engine_steps
 WHERE run_id = $run_id AND max_loras IS NOT NULL AND (prefill_tokens > 0 OR decode_seqs > 0)
 """
 
+# Each scrape's latest label set, with the adapters of the requests the clients had sent and
+# not yet had a first token from at that moment (the requests that wait, as the client saw it).
 INFO_SQL = """
 WITH s AS (
-  SELECT t_ns, coalesce(replica, '') AS replica, labels,
+  SELECT t_ns, labels,
          row_number() OVER (PARTITION BY t_ns, coalesce(replica, '') ORDER BY value DESC) AS latest
   FROM metric_samples
   WHERE run_id = $run_id AND source = 'metrics' AND name = 'vllm:lora_requests_info'
+),
+q AS (
+  SELECT s.t_ns, list(DISTINCT r.adapter) FILTER (WHERE r.adapter IS NOT NULL) AS queued
+  FROM s LEFT JOIN requests r
+    ON r.run_id = $run_id AND r.send_ns <= s.t_ns
+   AND coalesce(r.first_content_ns, r.end_ns, r.send_ns) > s.t_ns
+  WHERE s.latest = 1
+  GROUP BY s.t_ns
 )
-SELECT t_ns, replica, labels FROM s WHERE latest = 1 ORDER BY t_ns
+SELECT s.t_ns, s.labels, q.queued FROM s JOIN q USING (t_ns) WHERE s.latest = 1 ORDER BY s.t_ns
 """
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -87,15 +102,16 @@ def from_info(con: duckdb.DuckDBPyConnection, run_id: str) -> Composition | None
     ceiling = blocked = 0
     max_loras = 0
     waiting_alone: set[str] = set()
-    for _, _, text in rows:
+    for _, text, queued in rows:
         labels = _labels(str(text))
         try:
             cap = int(labels.get("max_lora", ""))
         except ValueError:
             continue
         max_loras = max(max_loras, cap)
-        running, waiting = _names(labels.get("running_lora_adapters", "")), _names(
-            labels.get("waiting_lora_adapters", ""))
+        running = _names(labels.get("running_lora_adapters", ""))
+        # vLLM's own waiting list, and the adapters the clients still waited on a first token for
+        waiting = _names(labels.get("waiting_lora_adapters", "")) | set(queued or ())
         if len(running) >= cap:
             ceiling += 1
             if waiting - running:

@@ -153,7 +153,7 @@ def test_a_model_not_served_is_vllms_404_naming_it(engine: EngineProcess, path: 
         body = {"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}
     status, _, raw = engine.request("POST", path, body)
     assert status == 404, raw
-    assert json.loads(raw)["error"] == {"message": "The model `gpt-4` does not exist.",
+    assert json.loads(raw)["error"] == {"message": f"The model `gpt-4` does not exist. Valid aliases: {MODEL}.",
                                         "type": "NotFoundError", "param": "model", "code": 404}
 
 

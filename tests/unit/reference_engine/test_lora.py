@@ -163,7 +163,7 @@ def test_engine_step_log_records_adapters_waiting_and_cost(tmp_path: Path) -> No
     assert (first["lora_adapters"], first["lora_waiting"], first["max_loras"]) == (1, 2, 1)
     assert first["lora_ms"] > 0
     text = metric_lines(tuple(eng.scheduler.running), tuple(eng.scheduler.waiting), 1, 5.0)
-    assert 'max_lora="1",waiting_lora_adapters="b,c",running_lora_adapters="a"} 5.0' in text
+    assert 'max_lora="1",running_lora_adapters="a",waiting_lora_adapters="b,c"} 5.0' in text
     records = [first]
     while (r := eng.step()) is not None:
         records.append(r)

@@ -91,7 +91,9 @@ def test_vllm_lora_info_is_read_when_there_is_no_step_log(tmp_path: Path) -> Non
     blocked = 'max_lora="2",waiting_lora_adapters="a,c",running_lora_adapters="a,b"'
     fits = 'max_lora="2",waiting_lora_adapters="b",running_lora_adapters="a,b"'
     info = [(t, blocked) for t in range(0, 600, 100)] + [(t, fits) for t in range(600, 1000, 100)]
-    con = _store(tmp_path, ["a", "b", "c"] * 10, [40.0] * 30, info=info)
+    # the requests are sent after the scrapes: only the gauge's own labels count here
+    con = _store(tmp_path, ["a", "b", "c"] * 10, [40.0] * 30, info=info,
+                 sends_ms=[2000 + 20 * i for i in range(30)])
     d = diagnose_adapters(con, "r")
     assert d.data_sources["server_metrics"] and not d.data_sources["engine_steps"]
     f = d.findings[0]
@@ -100,6 +102,21 @@ def test_vllm_lora_info_is_read_when_there_is_no_step_log(tmp_path: Path) -> Non
     assert (v["scrapes"], v["scrapes_at_max_lora"], v["scrapes_with_adapters_waiting_for_a_slot"],
             v["max_lora"], v["adapters_seen_waiting_for_a_slot"]) == (10, 10, 6, 2, 1)
     assert "--max-loras 3" in f.next_actions[0]
+
+
+def test_requests_vllm_does_not_list_as_waiting_count_from_the_clients_view(tmp_path: Path) -> None:
+    # vLLM 0.32 lists a request as waiting only once its first output carried its QUEUED event:
+    # one held back by max_loras is missing from waiting_lora_adapters. The clients still wait.
+    info = [(t, 'max_lora="1",running_lora_adapters="a",waiting_lora_adapters="a"')
+            for t in range(100, 1000, 100)]
+    sends = [0, 0, 0, 950, 960, 970]  # b's first two wait 1000 ms for their first token
+    con = _store(tmp_path, ["a", "b", "b", "a", "a", "a"], [20.0, 1000.0, 1000.0, 20.0, 20.0, 20.0],
+                 info=info, sends_ms=sends)
+    f = diagnose_adapters(con, "r").findings[0]
+    v = f.evidence[0].values
+    assert (v["scrapes_at_max_lora"], v["scrapes_with_adapters_waiting_for_a_slot"]) == (9, 9)
+    assert f.verdict == "adapter_serialization" and "--max-loras 2" in f.next_actions[0]
+    assert con.execute(f.evidence[0].sql).fetchall()[0][2] == ["b"]  # reruns: b queued at 100 ms
 
 
 def test_without_composition_ttft_growth_is_only_suspected_and_the_gap_is_said(tmp_path: Path) -> None:
