@@ -69,7 +69,8 @@ def _read_rank(name: str, path: Path) -> int:
 
 
 class LoraModules:
-    """The adapters the engine serves, by name."""
+    """The adapters the engine serves, by name. Owns: the registry, built once at start and
+    read-only after (the server's threads and the engine thread only look names up)."""
 
     def __init__(self, adapters: Iterable[LoraAdapter], max_loras: int, max_lora_rank: int) -> None:
         self.adapters = {a.name: a for a in adapters}
@@ -136,7 +137,8 @@ def _projection_dims(model: ModelSpec) -> int:
 
 
 class LoraCost:
-    """Seconds a step's adapters add on the simulated device (see the module docstring)."""
+    """Seconds a step's adapters add on the simulated device (see the module docstring).
+    Owns nothing that changes: the prices are fixed at start; the sim executor calls it."""
 
     def __init__(self, modules: LoraModules, model: ModelSpec, gpu: GpuSpec, tp: int,
                  bandwidth_fraction: float, flops_fraction: float, launch_us: float) -> None:
