@@ -6,15 +6,17 @@ tenant waits: the finding names it, with the fair policy as the fix. Under the f
 its share of the engine while both waited comes to its weight's share, within Z_OVER of the
 playbook's own standard errors (the statistic the finding is judged on), and there is no
 finding; the FCFS share lies outside that band, so the check tells the policies apart. A
-balanced mix has no finding although one tenant takes more than half (its demand).
+balanced mix has no finding although one tenant takes more than half while both wait (its
+demand).
 
 The fair policy brings a tenant to its weight only when each tenant alone wants at least its
 entitlement: a chat tenant that wants less than half the engine leaves the rest to the
-documents whatever the scheduler does. So the loads are bursts (Poisson at 300-500 req/s for
-a few hundred milliseconds, about three times what the engine serves): both tenants stay
-backlogged while the engine works through them. The engine simulates a small model on an
-A100-40GB: a 1,024-token prefill chunk ~30 ms, a decode step ~4 ms, long against the host's
-jitter on a busy machine. Loopback only; each run at most 160 requests.
+documents whatever the scheduler does. So the loads are bursts (Poisson at 300-500 req/s:
+160 requests arrive in about half a second, the engine needs five to six seconds for them):
+both tenants stay backlogged while the engine works through them. The engine simulates a
+small model on an A100-40GB: a step with a 1,024-token prefill chunk ~34 ms, a decode step
+~6 ms, long against the host's jitter on a busy machine. Loopback only; each run at most 160
+requests.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import pytest
 
 from infbench.store import open_store
 from playbooks.tenants import diagnose_tenants
-from playbooks.tenants.playbook import HEAVY_RATIO, WARN_WAIT_MS, Z_OVER
+from playbooks.tenants.playbook import HEAVY_RATIO, MIN_OVER, WARN_WAIT_MS, Z_OVER
 from tests.e2e.engine_process import EngineProcess, running_engine
 from tests.support.cli import infbench
 
@@ -126,15 +128,17 @@ def test_fcfs_names_the_document_tenant_and_fair_brings_it_to_its_weight(
 
 def test_a_balanced_mix_has_no_finding_although_one_tenant_takes_most(
         fcfs_engine: EngineProcess, tmp_path: Path) -> None:
-    """Two tenants of similar lengths, one sending twice as many requests: it takes more than
-    half the engine while both wait, the others waited past WARN_WAIT_MS, but no tenant's
-    requests cost more than their number says: that is demand, not a scheduling problem."""
+    """Two tenants of similar lengths, one sending three times as many requests: it takes
+    about 70% of the engine while both wait, over its half by more than the finding's margin,
+    and the other waited past WARN_WAIT_MS; but no tenant's requests cost more than their
+    number says (no heavy tenant): that is demand, not a scheduling problem."""
     db = tmp_path / "balanced.duckdb"
-    run(fcfs_engine, db, "a:2:input=600:output=6,b:1:input=900:output=6", "300", "3")
+    run(fcfs_engine, db, "a:3:input=700:output=6,b:1:input=1000:output=6", "300", "3")
     d = diagnose(db)
     assert d["findings"] == [], d["findings"]
     rows = {r["tenant"]: r for r in d["context"]["tenants"]}
     assert all(r["share_ratio"] < HEAVY_RATIO for r in rows.values())
     assert min(r["wait_p50_ms"] for r in rows.values()) >= WARN_WAIT_MS  # they did contend
-    share, entitled, _ = shares(d, "a")
-    assert share > entitled  # more than half, and still no finding
+    share, entitled, se = shares(d, "a")
+    # every other condition of the finding holds: only the heavy-tenant rule keeps it quiet
+    assert share - entitled >= max(MIN_OVER, Z_OVER * se), (share, entitled, se)
