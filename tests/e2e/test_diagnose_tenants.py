@@ -3,11 +3,19 @@ tenant, the same load under FCFS and under `--scheduling-policy fair`.
 
 Under FCFS the document tenant takes the engine in proportion to its demand while the chat
 tenant waits: the finding names it, with the fair policy as the fix. Under the fair policy
-its share of the engine while both waited comes to its weight's share, within Z_OVER of the
-playbook's own standard errors (the statistic the finding is judged on), and there is no
-finding; the FCFS share lies outside that band, so the check tells the policies apart. A
-balanced mix has no finding although one tenant takes more than half while both wait (its
+its share of the engine while both waited comes to its weight's share, within the finding's
+own margin (`margin`: Z_OVER of the playbook's standard errors, at least MIN_OVER), and there
+is no finding; the FCFS share lies outside that band, so the check tells the policies apart.
+A balanced mix has no finding although one tenant takes more than half while both wait (its
 demand).
+
+Why the margin has the playbook's floor and not only Z_OVER standard errors: the standard
+error (batch means over slices of the contended time) measures the run's noise, not the
+policy's granularity. The fair scheduler evens the tenants out request by request, and in
+the weighted mix one 2,400-token request is about 5% of the contended work: files ended at
+0.323-0.324 against 0.333 in all eight runs measured (a fixed offset, the same burst each
+time), while the batch-means standard error ranged from 0.003 to 0.013 (|z| 0.8 to 2.7). The
+unweighted mix measured |z| <= 0.8.
 
 The fair policy brings a tenant to its weight only when each tenant alone wants at least its
 entitlement: a chat tenant that wants less than half the engine leaves the rest to the
@@ -89,6 +97,12 @@ def shares(d: dict[str, Any], tenant: str) -> tuple[float, float, float]:
             c["contended_share_se"][tenant])
 
 
+def margin(se: float) -> float:
+    """The finding's margin: a share counts as over its entitlement from MIN_OVER and from
+    Z_OVER standard errors (playbooks/tenants/playbook.py)."""
+    return max(MIN_OVER, Z_OVER * se)
+
+
 def others_wait(d: dict[str, Any], tenant: str) -> float:
     return max(r["wait_p50_ms"] for r in d["context"]["tenants"] if r["tenant"] != tenant)
 
@@ -112,7 +126,7 @@ def test_fcfs_names_the_document_tenant_and_fair_brings_it_to_its_weight(
     assert row["share_ratio"] >= HEAVY_RATIO
     share, entitled, se = shares(fcfs, heavy)
     assert entitled == pytest.approx(0.5, abs=1e-3)  # FCFS: no weights in its engine config
-    assert share - entitled > Z_OVER * se
+    assert share - entitled >= margin(se)
 
     # fair: the same load; the heavy tenant's share while both waited is its weight's share
     fair = diagnose(fair_db)
@@ -120,8 +134,8 @@ def test_fcfs_names_the_document_tenant_and_fair_brings_it_to_its_weight(
     f_share, f_entitled, f_se = shares(fair, heavy)
     weight = 1 / 3 if mix.endswith("weighted") else 1 / 2
     assert f_entitled == pytest.approx(weight, abs=0.01)  # two tenants: both wait whenever contended
-    assert abs(f_share - f_entitled) <= Z_OVER * f_se, (f_share, f_entitled, f_se)
-    assert share - f_entitled > Z_OVER * f_se  # FCFS's share lies outside the fair band
+    assert abs(f_share - f_entitled) < margin(f_se), (f_share, f_entitled, f_se)
+    assert share - f_entitled >= margin(f_se)  # FCFS's share lies outside the fair band
     assert fair["context"]["contended_s"] > 0.5
     assert others_wait(fair, heavy) < others_wait(fcfs, heavy)  # the light tenant waits less
 
@@ -141,4 +155,4 @@ def test_a_balanced_mix_has_no_finding_although_one_tenant_takes_most(
     assert min(r["wait_p50_ms"] for r in rows.values()) >= WARN_WAIT_MS  # they did contend
     share, entitled, se = shares(d, "a")
     # every other condition of the finding holds: only the heavy-tenant rule keeps it quiet
-    assert share - entitled >= max(MIN_OVER, Z_OVER * se), (share, entitled, se)
+    assert share - entitled >= margin(se), (share, entitled, se)

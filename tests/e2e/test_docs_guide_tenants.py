@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from playbooks.tenants.playbook import Z_OVER
+from playbooks.tenants.playbook import MIN_OVER, Z_OVER
 from tests.e2e.docs_runner import guide_test
 from tests.support.cli import ROOT, cli_env
 
@@ -40,8 +40,9 @@ def test_the_python_example_runs_as_written(docs_workspaces: dict) -> None:
 @pytest.mark.e2e
 def test_the_stored_diagnoses_say_what_the_guide_says(docs_workspaces: dict) -> None:
     """The three runs' diagnoses, as the sections' commands saved them: FCFS names docs; the
-    fair policy brings docs to half and files to a third (its weight), within Z_OVER of the
-    run's standard error, with no finding; the chat tenant waits less under the fair policy."""
+    fair policy brings docs to half and files to a third (its weight), within the finding's
+    margin (Z_OVER standard errors, at least MIN_OVER; see tests/e2e/test_diagnose_tenants.py),
+    with no finding; the chat tenant waits less under the fair policy."""
     workspace = docs_workspaces.get(GUIDE)
     assert workspace is not None, "the guide's sections run first (same file, in order)"
     con = duckdb.connect(str(workspace.cwd / "infbench.duckdb"), read_only=True)
@@ -61,7 +62,7 @@ def test_the_stored_diagnoses_say_what_the_guide_says(docs_workspaces: dict) -> 
     for ctx, heavy, weight in ((fair, "docs", 1 / 2), (weighted, "files", 1 / 3)):
         share, entitled = ctx["contended_share"][heavy], ctx["entitled_share"][heavy]
         assert entitled == pytest.approx(weight, abs=0.01)
-        assert abs(share - entitled) <= Z_OVER * ctx["contended_share_se"][heavy], ctx
+        assert abs(share - entitled) < max(MIN_OVER, Z_OVER * ctx["contended_share_se"][heavy]), ctx
     assert fcfs["contended_share"]["docs"] > 0.6
 
     def chat_wait(ctx: dict[str, Any]) -> float:
