@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from infbench.store.arrays import table as arrow_table
 from infbench.store.db import StoreError
 from infbench.store.schema import DIAGNOSES, FINDINGS, Table
 from infbench.store.transaction import insert_arrow, transaction
@@ -79,7 +80,7 @@ def _finding_row(f: Mapping[str, Any], i: int) -> dict[str, Any]:
 
 def _arrow(table: Table, rows: list[dict[str, Any]]) -> pa.Table:
     schema = pa.schema([pa.field("run_id", pa.string()), *table.arrow_schema()])
-    return pa.Table.from_pylist(rows, schema=schema)
+    return arrow_table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema)
 
 
 def save_diagnosis(con: duckdb.DuckDBPyConnection, diagnosis: Mapping[str, Any]) -> int:

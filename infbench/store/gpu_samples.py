@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from infbench.store.arrays import table as arrow_table
 from infbench.store.gpu_schema import GPU_SAMPLE_COLUMNS
 
 _ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
@@ -42,8 +43,7 @@ def insert_gpu_samples(
         if r.get("t_ns") is None:
             raise ValueError("gpu_samples: every row needs t_ns")
     schema = _schema()
-    batch = pa.Table.from_arrays(
-        [pa.array([r.get(f.name) for r in rows], type=f.type) for f in schema], schema=schema)
+    batch = arrow_table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema)
     cur = con.cursor()
     try:
         cur.register("_infbench_gpu_batch", batch)

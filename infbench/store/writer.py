@@ -16,6 +16,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from infbench.store.arrays import table as arrow_table
 from infbench.store.schema import BULK_TABLES
 
 _STOP = object()
@@ -104,10 +105,7 @@ def to_arrow(table: str, columns: dict[str, list[Any]]) -> pa.Table:
     unknown = set(columns) - set(schema.names)
     if unknown:
         raise ValueError(f"{table}: no such column(s) {', '.join(sorted(unknown))}")
-    n = len(next(iter(columns.values())))
-    arrays = [pa.array(columns[f.name], type=f.type) if f.name in columns else pa.nulls(n, f.type)
-              for f in schema]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return arrow_table(columns, schema)
 
 
 def insert_batch(

@@ -10,6 +10,7 @@ import duckdb
 import pyarrow as pa
 
 from infbench.store import get_run
+from infbench.store.arrays import table as arrow_table
 from infbench.store.hang_schema import HANG_COLUMNS
 from infbench.store.transaction import insert_arrow, transaction
 from probes.hang.frdump import FrDump
@@ -27,8 +28,7 @@ def _arrow(table: str, rows: list[dict[str, Any]] | list[pa.Table]) -> pa.Table:
     if rows and isinstance(rows[0], pa.Table):
         return pa.concat_tables(rows)
     names = [n for n, _ in HANG_COLUMNS[table]]
-    return pa.table({n: [r.get(n) for r in rows] for n in names},
-                    schema=_schema(table))
+    return arrow_table({n: [r.get(n) for r in rows] for n in names}, _schema(table))
 
 
 class _Json:

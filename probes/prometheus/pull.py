@@ -19,6 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from infbench.store import StoreError, get_run, open_store
+from infbench.store.arrays import array
 from probes.prometheus.catalog import FAMILIES, Family
 from probes.prometheus.client import FATAL, PrometheusClient, PrometheusError, QueryResult
 from probes.prometheus.labels import format_labels
@@ -194,12 +195,12 @@ def _store(con: duckdb.DuckDBPyConnection, run_id: str, report: PullReport,
             if not cols["t_ns"]:
                 continue
             n = len(cols["t_ns"])
-            batch = pa.table({"run_id": pa.array([run_id] * n, pa.string()),
-                              "t_ns": pa.array(cols["t_ns"], pa.int64()),
-                              "source": pa.array([SOURCE] * n, pa.string()),
-                              "name": pa.array(cols["name"], pa.string()),
-                              "labels": pa.array(cols["labels"], pa.string()),
-                              "value": pa.array(cols["value"], pa.float64())})
+            batch = pa.table({"run_id": array([run_id] * n, pa.string()),
+                              "t_ns": array(cols["t_ns"], pa.int64()),
+                              "source": array([SOURCE] * n, pa.string()),
+                              "name": array(cols["name"], pa.string()),
+                              "labels": array(cols["labels"], pa.string()),
+                              "value": array(cols["value"], pa.float64())})
             con.register("_prom_batch", batch)
             try:
                 con.execute("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
