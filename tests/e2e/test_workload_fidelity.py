@@ -60,7 +60,8 @@ def test_engine_tokenize_counts_what_the_completion_counts(engine: EngineProcess
         assert status == 200 and counted["count"] == done["usage"]["prompt_tokens"] == len(counted["tokens"])
         assert counted["max_model_len"] == 4096
     status, _, err = engine.post_json("/tokenize", {"model": "nope", "prompt": "x"})
-    assert status == 400 and err["error"]["param"] == "model"
+    # vLLM's answer to a model it does not serve, on /tokenize as on the completions: a 404
+    assert status == 404 and err["error"]["param"] == "model" and "does not exist" in err["error"]["message"]
     status, _, err = engine.post_json("/tokenize", {"model": MODEL, "messages": [{"role": "x", "content": "y"}]})
     assert status == 400 and err["error"]["param"] == "messages[0].role"
 
