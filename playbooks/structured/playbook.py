@@ -25,12 +25,18 @@ from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.structured.requests import SchemaRequests, load_requests, schema_sizes, size_fit
 from playbooks.structured.steps import StepFacts, load_steps
 
-# A first request counts as stalled when it stands above the warm requests' p95 TTFT. Without
-# compiles about 5% of first requests would, by chance: a stall is named when as many stalled
-# first requests as there are would happen by chance with probability below STALL_ALPHA
-# (binomial tail), and their median excess is at least MIN_STALL_MS. So a run where only the
-# new schemas of a mix stall is named too, and one slow first request among few is not.
-CHANCE_ABOVE_P95 = 0.05
+# A first request counts as stalled when it stands above every one of the NEIGHBOURS later
+# requests sent nearest it in time. Without compiles a first request is one more request of its
+# stretch of the run, above all NEIGHBOURS of them with probability 1 / (NEIGHBOURS + 1)
+# whatever slowed that stretch. The whole run's warm p95 is no such yardstick: first requests
+# cluster early in a run, where a busy host or the client's own start-up slows several
+# together (3 of 8 cached schemas once read as compiles), and a long slow stretch raises the
+# p95 above real compiles outside it. A stall is named when
+# as many stalled first requests as there are would happen by chance with probability below
+# STALL_ALPHA (binomial tail), and their median excess is at least MIN_STALL_MS. So a run
+# where only the new schemas of a mix stall is named too, and one slow first request among
+# few is not.
+NEIGHBOURS = 9
 STALL_ALPHA = 0.01
 MIN_STALL_MS = 2.0
 MIN_WARM_REQUESTS = 3
@@ -65,7 +71,7 @@ def diagnose_structured(con: duckdb.DuckDBPyConnection, run_ref: str,
     sizes = {key: listed[label] for key, label in reqs.label_of.items() if label in listed}
     diag = Diagnosis("structured", run.run_id,
                      {"requests": bool(reqs.schemas_seen), "engine_steps": steps is not None})
-    extra = reqs.extra_ms()
+    extra = reqs.extra_ms(NEIGHBOURS)
     diag.context = {
         "schemas_seen": reqs.schemas_seen, "schemas_first_in_opening_burst": len(reqs.burst_schemas),
         "requests_later": int(reqs.ttft["later"].size),
@@ -111,14 +117,17 @@ def diagnose_structured(con: duckdb.DuckDBPyConnection, run_ref: str,
 
 def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
                    sizes: dict[str, dict]) -> Finding | None:
-    extra = reqs.extra_ms()
+    extra = reqs.extra_ms(NEIGHBOURS)
     p95 = reqs.warm_quantile(0.95)
     if not extra or p95 is None or reqs.ttft["later"].size < MIN_WARM_REQUESTS:
         return _compile_stall_from_steps(reqs, steps)
     firsts = reqs.ttft["first"]
     above = float(np.mean(firsts > p95))
-    stalled = {label: ms for label, ms in extra.items() if reqs.first_ttft[label] > p95}
-    chance = _binomial_tail(len(stalled), len(extra), CHANCE_ABOVE_P95)
+    k = min(NEIGHBOURS, int(reqs.ttft["later"].size))
+    stalled = {label: ms for label, ms in extra.items()
+               if reqs.first_ttft[label] > float(reqs.neighbours(label, k).max())}
+    per_request = 1.0 / (k + 1)
+    chance = _binomial_tail(len(stalled), len(extra), per_request)
     median_extra = float(np.median(list(stalled.values()))) if stalled else 0.0
     if chance > STALL_ALPHA or median_extra < MIN_STALL_MS:
         return _compile_stall_from_steps(reqs, steps)
@@ -128,6 +137,7 @@ def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
     req_values = {
         "schemas": len(extra), "schemas_in_opening_burst": len(reqs.burst_schemas),
         "schemas_stalled": len(stalled), "first_requests_above_warm_p95": round(above, 3),
+        "neighbours_per_first_request": k, "chance_per_first_request": round(per_request, 4),
         "chance_of_as_many_without_stall": float(f"{chance:.3g}"),
         "first_ttft_median_ms": _r(float(np.median(firsts))),
         "first_ttft_max_ms": _r(float(firsts.max())),
@@ -141,8 +151,9 @@ def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
                          "kind per request: its schema's first, sent before that first one's "
                          "first token (joined: may have waited on the same compile), or later")]
     worst = sorted(extra.items(), key=lambda kv: -kv[1])[:5]
-    evidence.append(Evidence("slowest_first_requests", {k: _r(v) for k, v in worst}, reqs.sql,
-                             "TTFT of each schema's first request above the warm median (ms)"))
+    evidence.append(Evidence("slowest_first_requests", {key: _r(v) for key, v in worst}, reqs.sql,
+                             "TTFT of each schema's first request above the median of the "
+                             f"{k} later requests sent nearest it (ms)"))
     said_new = ""
     if new and stable:
         by = {g: [extra[x] for x in extra if x in group] for g, group in
@@ -178,7 +189,8 @@ def _compile_stall(reqs: SchemaRequests, steps: StepFacts | None,
     return _stall_finding(
         min(0.95, 1.0 - chance),
         f"The first request of {len(stalled)} of {len(extra)} schemas waited {median_extra:.0f} ms "
-        f"more for its first token than requests whose schema was compiled (median; up to "
+        f"more for its first token than the requests sent around it whose schema was compiled "
+        f"(median; up to "
         f"{max(stalled.values()):.0f} ms); later requests of the same schemas did not: a compile "
         f"stall, paid once per schema, on TTFT.{said_size}{said_new}{said_engine}",
         evidence, reqs)

@@ -11,6 +11,12 @@ their labels (the structured workload labels each request with its schema).
 Each replica of a fleet run compiles for itself, so a schema's first request is counted per
 replica (the key `label@replica`).
 
+Each first request is judged against the later requests nearest it in send time (its
+neighbours), not only against the run's warm TTFTs: the first requests of a run's schemas
+cluster in its opening seconds, so anything that slows a stretch of the run (a neighbour
+process on a shared host, the client's own start-up work) slows several of them together and
+would read as compiles against the whole run's warm requests.
+
 The run's opening burst is set apart: the requests sent before the run's first token (a
 closed loop's whole first wave) all wait for the first prefills together, so a first request
 among them is slow whether or not it compiled. Neither its first requests nor its others
@@ -66,6 +72,9 @@ class SchemaRequests:
     burst_schemas: list[str] = field(default_factory=list)  # first request in the opening burst
     burst_ttft: list[float] = field(default_factory=list)   # TTFT of every burst request
     label_of: dict[str, str] = field(default_factory=dict)  # key (label@replica) -> label
+    first_send: dict[str, int] = field(default_factory=dict)    # key -> its first's send_ns
+    later_send: np.ndarray = field(default_factory=lambda: np.zeros(0))  # aligned with ttft["later"]
+    later_replica: list[str] = field(default_factory=list)      # aligned with ttft["later"]
 
     @property
     def schemas_seen(self) -> int:
@@ -81,12 +90,27 @@ class SchemaRequests:
         later = self.ttft["later"]
         return float(np.quantile(later, q)) if later.size else None
 
-    def extra_ms(self) -> dict[str, float]:
-        """Each schema's first request: its TTFT above the warm median."""
-        base = self.baseline_ms
-        if base is None:
+    def neighbours(self, key: str, k: int) -> np.ndarray:
+        """TTFTs of the k later requests sent nearest in time to schema `key`'s first request,
+        on its replica where that replica has k of them (each replica compiles for itself and
+        may run at its own speed)."""
+        later = self.ttft["later"]
+        if not later.size:
+            return later
+        replica = key.rsplit("@", 1)[1] if key != self.label_of.get(key, key) else ""
+        same = np.array([r == replica for r in self.later_replica], dtype=bool)
+        pool = same if same.sum() >= min(k, later.size) else np.ones(later.size, dtype=bool)
+        idx = np.flatnonzero(pool)
+        dist = np.abs(self.later_send[idx] - self.first_send[key])
+        return later[idx[np.argsort(dist, kind="stable")[:k]]]
+
+    def extra_ms(self, k: int) -> dict[str, float]:
+        """Each schema's first request: its TTFT above the median of its k nearest later
+        requests (a stretch of the run slowed for another reason slows them too)."""
+        if not self.ttft["later"].size:
             return {}
-        return {label: t - base for label, t in self.first_ttft.items()}
+        return {label: t - float(np.median(self.neighbours(label, k)))
+                for label, t in self.first_ttft.items()}
 
 
 def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests:
@@ -98,7 +122,10 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
     burst: list[str] = []
     burst_ttft: list[float] = []
     label_of: dict[str, str] = {}
-    for schema, replica, idx, _send, ttft, kind, in_burst in rows:
+    first_send: dict[str, int] = {}
+    later_send: list[int] = []
+    later_replica: list[str] = []
+    for schema, replica, idx, send, ttft, kind, in_burst in rows:
         label = f"{schema}@{replica}" if replica else schema
         label_of[label] = schema
         if kind != "later":
@@ -111,10 +138,15 @@ def load_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> SchemaRequests
         kinds[kind].append(float(ttft))
         if kind == "first":
             first[label] = float(ttft)
+            first_send[label] = int(send)
+        elif kind == "later":
+            later_send.append(int(send))
+            later_replica.append(str(replica))
         elif kind == "joined":
             joined[label] = joined.get(label, 0) + 1
     return SchemaRequests(sql, {k: np.asarray(v, dtype=float) for k, v in kinds.items()},
-                          first, joined, cold, burst, burst_ttft, label_of)
+                          first, joined, cold, burst, burst_ttft, label_of, first_send,
+                          np.asarray(later_send, dtype=np.int64), later_replica)
 
 
 def schema_sizes(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
