@@ -67,8 +67,11 @@ def within(measured: float, direct: float) -> None:
 
 def test_four_times_longer_prompts_only(slow_engine: EngineProcess, tmp_path: Path) -> None:
     db = tmp_path / "d.duckdb"
-    bench = run(slow_engine, db, *closed_loop(40, 2, "384", "12"))
-    prod = run(slow_engine, db, *closed_loop(40, 2, "1536", "12"))
+    # one Poisson schedule for both (a closed loop of equal requests phase-locks: see below)
+    common = ("--arrival", "poisson", "--rate", "3", "--seed", "9", "--num-requests", "48",
+              "--output-tokens", "12")
+    bench = run(slow_engine, db, *common, "--input-tokens", "384")
+    prod = run(slow_engine, db, *common, "--input-tokens", "1536")
     d = dilution(slow_engine, db, bench, prod, "ttft_ms")
     assert d["context"]["differing"] == ["input_lengths"]
     t = table(d, "ttft_ms")
