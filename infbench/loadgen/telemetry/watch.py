@@ -4,14 +4,20 @@ can be captured while it still exists.
 
 Three triggers, each read from what the client already keeps (no work on the read path):
 - `engine_stopped`: on one target, streams are open and none has received a byte for
-  `stall_s` (every stream stopped at once: the engine, not a request);
+  `stall_s` (every stream stopped at once: the engine, not a request); or no stream is open
+  and the requests waiting for their first byte have waited `WAIT_FACTOR` x the run's
+  longest recent TTFT (and `stall_s`) with no byte from anything meanwhile: an engine that
+  stops between one wave of requests and the next (a closed loop's requests end together and
+  the next ones are sent together) leaves no stream to stop, and a prefill or a queue that
+  long has not been seen in the run;
 - `error_burst`: at least `burst_errors` requests failed within `burst_window_s`, and they
   are at least half of the requests that ended since the first of them;
 - `replica_departs` (fleet runs): one replica's recent ITL median is `depart_ratio` x its
   peers', its lower quartile above their upper quartile (apart, not one slow request), while
   it carries about the same concurrency (at equal load, so it is slower, not busier).
 
-A trigger fires once per incident: it re-arms when tokens flow again (stop), when a window
+A trigger fires once per incident: it re-arms when a byte arrives again (stop: not when the
+stranded requests time out and others are sent into the same stop), when a window
 passes without a burst, or when the replica comes back within the ratio. `on_trigger` is
 called on the event loop and must not block (the capture side hands work to a thread).
 The watcher never blocks the load loop: one tick every `tick_s` reads a few numbers; a tick
@@ -31,6 +37,11 @@ import numpy as np
 
 TRIGGERS = ("engine_stopped", "error_burst", "replica_departs")
 _DEPART_EVERY_NS = 1_000_000_000
+# With nothing streaming, requests waiting this many times the longest recent TTFT (finished
+# requests', queueing included) have met something the run has not shown before; below
+# MIN_TTFTS finished requests there is no yardstick (a cold start's first prefill can be long).
+WAIT_FACTOR = 4.0
+MIN_TTFTS = 8
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,10 @@ class Trigger:
     def describe(self) -> str:
         where = f" on {self.replica}" if self.replica else ""
         d = self.detail
+        if self.kind == "engine_stopped" and not d["open_streams"]:
+            return (f"no first byte for any of {d['waiting_for_first_byte']} waiting request(s)"
+                    f"{where} for {d['longest_wait_s']:.1f} s ({WAIT_FACTOR:g}x the run's longest "
+                    f"recent TTFT, {d['ttft_max_ms']:.0f} ms), nothing else received")
         if self.kind == "engine_stopped":
             return (f"no token on any of {d['open_streams']} open stream(s){where} for "
                     f"{d['silent_s']:.1f} s")
@@ -87,19 +102,23 @@ class Watcher:
     def __init__(self, settings: WatchSettings, pools: Sequence[LivePool], names: Sequence[str | None],
                  counters: Callable[[], tuple[int, int, dict[str, int]]],
                  replica_samples: dict[str, deque[tuple[float, int]]] | None,
-                 on_trigger: Callable[[Trigger], None]) -> None:
+                 on_trigger: Callable[[Trigger], None],
+                 recent_ttft_ms: Sequence[float] = ()) -> None:
         self.settings = settings
         self._pools, self._names = list(pools), list(names)
         self._counters = counters
         self._samples = replica_samples
         self._on_trigger = on_trigger
         self.triggers: list[Trigger] = []
-        self._stopped = [False] * len(self._pools)
+        self._stopped: list[int | None] = [None] * len(self._pools)  # a stop's last byte, while it lasts
         self._bursting = False
         self._departed: set[str] = set()
         self._history: deque[tuple[int, int, int, dict[str, int]]] = deque()
         self._start_ns = 0
         self._depart_checked_ns = -_DEPART_EVERY_NS
+        self._ttft_ms = recent_ttft_ms  # live: the runner appends finished requests' TTFTs
+        # per pool: each open exchange without a byte yet -> the tick it was first seen
+        self._waiting: list[dict[Any, int]] = [{} for _ in self._pools]
 
     async def run(self) -> None:
         self._start_ns = time.monotonic_ns()
@@ -132,15 +151,35 @@ class Watcher:
     def _check_stop(self, i: int, pool: LivePool, now: int) -> None:
         live = list(pool.live)
         streaming = [ex for ex in live if ex.body_bytes > 0]
+        seen = self._waiting[i]
+        waiting = {ex: seen.get(ex, now) for ex in live if ex.body_bytes == 0}
+        self._waiting[i] = waiting
         progress = max([pool.last_read_ns, self._start_ns, *(ex.last_ns for ex in streaming)])
+        if self._stopped[i] is not None:
+            if progress == self._stopped[i]:
+                return  # the same stop: nothing received since it fired (timeouts are no byte)
+            self._stopped[i] = None
         silent_ns = now - progress
-        stopped = bool(streaming) and silent_ns >= self.settings.stall_s * 1e9
-        if stopped and not self._stopped[i]:
+        stall_ns = self.settings.stall_s * 1e9
+        detail: dict[str, Any] = {}
+        if streaming:
+            stopped = silent_ns >= stall_ns
+        else:
+            stopped = False
+            ttfts = list(self._ttft_ms)
+            if waiting and len(ttfts) >= MIN_TTFTS:
+                longest_ns = now - min(waiting.values())
+                ttft_max = max(ttfts)
+                limit_ns = max(stall_ns, WAIT_FACTOR * ttft_max * 1e6)
+                stopped = silent_ns >= stall_ns and longest_ns >= limit_ns
+                detail = {"longest_wait_s": round(longest_ns / 1e9, 3), "ttft_max_ms": round(ttft_max, 3),
+                          "wait_threshold_s": round(limit_ns / 1e9, 3)}
+        if stopped:
+            self._stopped[i] = progress
             self._fire(Trigger("engine_stopped", now, self._names[i], {
-                "open_streams": len(streaming), "waiting_for_first_byte": len(live) - len(streaming),
+                "open_streams": len(streaming), "waiting_for_first_byte": len(waiting),
                 "silent_s": round(silent_ns / 1e9, 3), "last_byte_ns": progress,
-                "threshold_s": self.settings.stall_s}))
-        self._stopped[i] = stopped
+                "threshold_s": self.settings.stall_s, **detail}))
 
     def _check_burst(self, now: int) -> None:
         done, errors, by_class = self._counters()
@@ -207,4 +246,5 @@ def start_watcher(watch: Watch, pools: Sequence[LivePool], names: Sequence[str |
     """A watcher over the run's pools and live stats (`run.types.LiveStats`)."""
     return Watcher(watch.settings, pools, names,
                    lambda: (stats.done, stats.errors, stats.errors_by_class),
-                   stats.replica_recent if fleet else None, watch.on_trigger)
+                   stats.replica_recent if fleet else None, watch.on_trigger,
+                   stats.recent_ttft_ms)

@@ -38,10 +38,11 @@ class Counters:
 
 def watcher(settings: WatchSettings, pools: list[FakePool], names: list[str | None] | None = None,
             counters: Counters | None = None,
-            samples: dict[str, deque[tuple[float, int]]] | None = None) -> tuple[Watcher, list[Trigger]]:
+            samples: dict[str, deque[tuple[float, int]]] | None = None,
+            ttft_ms: list[float] | None = None) -> tuple[Watcher, list[Trigger]]:
     fired: list[Trigger] = []
     w = Watcher(settings, pools, names or [None] * len(pools), counters or Counters(), samples,
-                fired.append)
+                fired.append, ttft_ms if ttft_ms is not None else [])
     w._start_ns = 0
     return w, fired
 
@@ -181,3 +182,65 @@ def test_a_median_ahead_with_overlapping_spreads_is_not_a_departure() -> None:
     w, fired = watcher(WatchSettings(depart_ratio=1.3), [], samples=smp)
     w.check(S)
     assert fired == []
+
+
+@pytest.mark.parametrize(("ttft_max_ms", "stall_s", "waiting"), [(40.0, 1.0, 4), (900.0, 0.5, 2),
+                                                                  (120.0, 2.0, 7)])
+def test_an_engine_stopped_between_waves_fires_once_its_waiting_outlasts_the_runs_ttfts(
+        ttft_max_ms: float, stall_s: float, waiting: int) -> None:
+    """A closed loop's wave ended at 10 s and the next one was sent: no stream is open, every
+    request waits for its first byte, and nothing arrives."""
+    ttfts = [ttft_max_ms * f for f in (0.3, 0.5, 0.45, 1.0, 0.6, 0.4, 0.7, 0.55, 0.5)]
+    pool = FakePool({Ex(0, 0) for _ in range(waiting)}, last_read_ns=10 * S)
+    w, fired = watcher(WatchSettings(stall_s=stall_s), [pool], ttft_ms=ttfts)
+    limit_s = max(stall_s, 4 * ttft_max_ms / 1e3)
+    t = 10 * S + 20_000_000  # first seen waiting 20 ms after the wave was sent
+    w.check(t)
+    w.check(t + int((limit_s - 0.05) * S))
+    assert fired == []
+    for k in range(4):
+        w.check(t + int((limit_s + 0.1 * k) * S))
+    assert [f.kind for f in fired] == ["engine_stopped"]
+    d = fired[0].detail
+    assert d["open_streams"] == 0 and d["waiting_for_first_byte"] == waiting
+    assert d["longest_wait_s"] == pytest.approx(limit_s, abs=1e-6)
+    assert d["ttft_max_ms"] == ttft_max_ms and d["wait_threshold_s"] == pytest.approx(limit_s)
+    assert "no first byte" in fired[0].describe()
+
+
+def test_a_wait_the_run_has_seen_before_is_not_a_stop() -> None:
+    # TTFTs up to 2.5 s (a long queue): waiting 6 s with nothing streaming is within 4x of that
+    pool = FakePool({Ex(0, 0) for _ in range(3)}, last_read_ns=1 * S)
+    w, fired = watcher(WatchSettings(stall_s=1.0), [pool], ttft_ms=[800.0] * 10 + [2500.0])
+    for k in range(61):
+        w.check(1 * S + k * 100_000_000)
+    assert fired == []
+
+
+def test_without_enough_finished_requests_a_long_wait_decides_nothing() -> None:
+    pool = FakePool({Ex(0, 0)}, last_read_ns=0)
+    w, fired = watcher(WatchSettings(stall_s=0.5), [pool], ttft_ms=[30.0] * 7)
+    for k in range(50):
+        w.check(k * 200_000_000)
+    assert fired == []
+
+
+def test_requests_sent_into_a_stop_are_the_same_incident_until_a_byte_arrives() -> None:
+    streams = {Ex(100, 2 * S) for _ in range(3)}
+    pool = FakePool(set(streams), last_read_ns=2 * S)
+    w, fired = watcher(WatchSettings(stall_s=1.0), [pool], ttft_ms=[50.0] * 20)
+    w.check(3_100_000_000)
+    assert len(fired) == 1 and fired[0].detail["open_streams"] == 3
+    # the stranded streams time out (no byte: a timeout is no progress) and new requests wait
+    pool.live = {Ex(0, 0) for _ in range(3)}
+    for k in range(1, 80):
+        w.check(3_100_000_000 + k * 100_000_000)
+    assert len(fired) == 1
+    # the engine answers again, then stops between waves: a new incident
+    pool.live = set()
+    pool.last_read_ns = 12 * S
+    w.check(12 * S + 50_000_000)
+    pool.live = {Ex(0, 0) for _ in range(2)}
+    for k in range(1, 20):
+        w.check(12 * S + 50_000_000 + k * 100_000_000)
+    assert [f.detail["open_streams"] for f in fired] == [3, 0]
