@@ -163,7 +163,7 @@ class TelemetryOptions(OptionGroup):
     gpu_probe: bool = option(False, "--gpu-probe", help="Sample this host's GPUs through NVML during the run (clocks, throttle reasons, power, temperature, PCIe, ECC, XID) into gpu_samples; needs nvidia-ml-py (infbench[gpu]). Without it or a GPU: one line, and the run goes on.")
     gpu_interval: float = option(GPU_INTERVAL_S, help="Seconds between --gpu-probe samples.")
     watch: bool = option(True, "--watch/--no-watch", help="Watch the run live and capture evidence while an incident lasts: an engine-wide stop of tokens (--watch-stall), an error burst, a replica departing from its peers at equal load. Each capture (at most --watch-captures, 10 s apart) takes every target's /metrics, the engine's stacks (py-spy; the ranks at /debug/ranks, else --engine-pid) and Flight Recorder dumps where the engine has them, stored with the run for `infbench diagnose RUN`.")
-    watch_stall: float = option(1.0, help="Live watch: seconds without a byte on every open stream of a target that count as an engine-wide stop.")
+    watch_stall: float = option(1.0, help="Live watch: seconds without a byte on every open stream of a target that count as an engine-wide stop (with no stream open: the least time requests wait for a first byte, beside 4x the run's longest recent TTFT).")
     watch_captures: int = option(3, help="Live watch: most captures taken in one run (0: note the incidents, capture nothing).")
     engine_pid: list[int] = option([], help="Live watch: a process of the engine on this host to read stacks from with py-spy when an incident is seen (repeat: vLLM's API server and its EngineCore). The bundled engine lists its own at /debug/ranks.")
 
