@@ -41,7 +41,8 @@ from infbench.specs import get_gpu, get_model
 from infbench.specs.gpus import (
     DEFAULT_BANDWIDTH_FRACTION,
     DEFAULT_FLOPS_FRACTION,
-    DEFAULT_KERNEL_FLOOR_S,
+    KERNELS_PER_LAYER,
+    decode_kernel_floor_s,
 )
 from infbench.specs.memory import plan_memory
 from infbench.specs.roofline import step_time
@@ -62,7 +63,7 @@ _SPIN_S = 0.0002  # the last stretch before a deadline is waited out by yielding
 MAX_CATCH_UP_S = 0.020
 _MIN_NATURAL_OUTPUT = 16
 # The launch model infbench's config diff prices with (infbench/config/impact.py).
-EAGER_KERNELS_PER_LAYER = 12
+EAGER_KERNELS_PER_LAYER = KERNELS_PER_LAYER
 PIECEWISE_EAGER_KERNELS_PER_LAYER = 2
 LAUNCH_US = 4.0
 
@@ -155,9 +156,7 @@ class SimExecutor:
         self.piecewise_s = layers * PIECEWISE_EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
         # Every step's kernels each cost a floor the roofline does not see (launch gap, ramp,
         # last wave), graph or not: a fixed per-step device time that scales with depth.
-        # At TP > 1 each layer's two all-reduces are kernels too.
-        kernels = EAGER_KERNELS_PER_LAYER + (2 if self.tp > 1 else 0)
-        self.kernel_floor_s = layers * kernels * DEFAULT_KERNEL_FLOOR_S / self.clock_ratio
+        self.kernel_floor_s = decode_kernel_floor_s(layers, self.tp, self.clock_ratio)
         self.lora = (LoraCost(LoraModules.parse(config.lora_modules, config.max_loras,
                                                 config.max_lora_rank, config.model_name),
                               self.model, self.gpu, self.tp, self.bandwidth_fraction,

@@ -88,11 +88,12 @@ def _print(result: dict[str, Any]) -> None:
     if roof:
         console.print(f"roofline ({roof['model']} on {roof['gpu']}, context {roof['context']}): "
                       f"{roof['roofline_intercept_ms']:.3f} ms + {roof['roofline_slope_ms']:.4f} ms × batch, "
-                      f"knee B = {roof['roofline_knee_batch']:.1f}; engine adds "
+                      f"knee B = {roof['roofline_knee_batch']:.1f}; kernels' floor "
+                      f"{roof.get('kernel_floor_ms') or 0.0:.3f} ms and engine overhead "
                       f"{roof['engine_step_overhead_ms']} ms per step")
         if "measured_knee_batch_without_overhead" in roof:
             # None where the measured line does not rise with the batch (few, noisy points).
             knee = roof["measured_knee_batch_without_overhead"]
-            console.print(f"measured knee without the engine's fixed overhead: B = "
+            console.print(f"measured knee without the floor and the overhead: B = "
                           f"{'-' if knee is None else f'{knee:.1f}'}; slope ratio "
                           f"{roof['slope_ratio']:.2f}")

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from infbench.specs import SpecError, get_gpu, get_model
+from infbench.specs.gpus import KERNELS_PER_LAYER
 from infbench.specs.memory import plan_memory
 from infbench.specs.roofline import step_time
 
-EAGER_KERNELS_PER_LAYER = 12
+EAGER_KERNELS_PER_LAYER = KERNELS_PER_LAYER
 PIECEWISE_EAGER_KERNELS_PER_LAYER = 2  # attention's kernels, launched between graph pieces
 LAUNCH_US = 4.0
 HOST_MS_PER_STEP = 0.5

@@ -41,6 +41,19 @@ GEMV over a layer's weights adds a few more. 2 us is what the reference engine c
 kernel (12 per layer, see reference_engine/sim_executor.py); docs/sim_calibration.md shows
 what that buys against published measurements and where it is still short."""
 
+KERNELS_PER_LAYER = 12
+"""Kernels one decoder layer launches in a decode step (norms, QKV, rope, attention, output
+projection, residual adds, MLP): what the per-kernel floor and eager launches are counted on.
+A layer at TP > 1 adds its two all-reduces."""
+
+
+def decode_kernel_floor_s(num_layers: int, tp: int = 1, clock_ratio: float = 1.0) -> float:
+    """The per-step device time the roofline's bytes and FLOPs do not see: every kernel's
+    floor (`DEFAULT_KERNEL_FLOOR_S`), stretched when the SM clock runs below its maximum."""
+    kernels = KERNELS_PER_LAYER + (2 if tp > 1 else 0)
+    return num_layers * kernels * DEFAULT_KERNEL_FLOOR_S / clock_ratio
+
+
 DEFAULT_INTERCONNECT_FRACTION = 0.75
 """Share of the per-direction link bandwidth an all-reduce reaches (nccl-tests bus
 bandwidth on NVLink systems is typically 70-80% of the link figure)."""
