@@ -189,18 +189,30 @@ def analyze(
                                          for n, (c, rows, _) in results.items()}}
         sys.stdout.write(json.dumps(out, indent=2, default=str).replace("NaN", "null") + "\n")
         return
-    console = _console()
-    if not console.is_terminal:
-        console.width = 200  # piped to a file or a log: rows on one line each, not folded
-    console.print(f"trace {label}" + (" (CPU-only profile: no GPU events; per-step CPU "
-                                           "ops only)" if names == ["cpu_steps"] else ""))
+    head = f"trace {label}" + (" (CPU-only profile: no GPU events; per-step CPU "
+                               "ops only)" if names == ["cpu_steps"] else "")
+    tables = []
     for n, (cols, rows, text) in results.items():
-        t = _table(title=_TITLES[n], title_justify="left")
+        name_at = cols.index("name") if "name" in cols else -1
+        cells = [[short_name(v) if i == name_at else _fmt(v) for i, v in enumerate(r)] for r in rows]
+        tables.append((_TITLES[n], cols, cells, text if sql else None))
+    if not sys.stdout.isatty():
+        # Piped to a file or a log: plain columns, one row per line, and no rich to import
+        # or lay out (a tenth of a second of a whole `trace analyze FILE`).
+        from infbench.console import plain_table
+
+        sys.stdout.write(head + "\n" + "".join(
+            plain_table(title, cols, cells) + (f"{text}\n" if text else "")
+            for title, cols, cells, text in tables))
+        return
+    console = _console()
+    console.print(head)
+    for title, cols, cells, text in tables:
+        t = _table(title=title, title_justify="left")
         for col in cols:
             t.add_column(col, overflow="fold")
-        name_at = cols.index("name") if "name" in cols else -1
-        for r in rows:
-            t.add_row(*(short_name(v) if i == name_at else _fmt(v) for i, v in enumerate(r)))
+        for row in cells:
+            t.add_row(*row)
         console.print(t)
-        if sql and text:
+        if text:
             console.print(text)

@@ -115,7 +115,8 @@ def test_a_third_party_sub_microsecond_trace_gives_htas_numbers_both_ways(tmp_pa
 
 def test_analysing_a_file_in_memory_loads_no_store_or_duckdb(tmp_path: Path) -> None:
     # The whole process is what a user waits for (benchmarks/results/traces.md): DuckDB,
-    # Arrow, pandas and the store are half a second of imports the in-memory path never uses.
+    # Arrow, pandas and the store are half a second of imports the in-memory path never uses;
+    # its tables to a pipe are plain text, without rich's import and layout.
     out = tmp_path / "modules.json"
     code = ("import json, sys\n"
             f"sys.argv = ['infbench', 'trace', 'analyze', {str(NCCL2)!r}]\n"
@@ -127,5 +128,5 @@ def test_analysing_a_file_in_memory_loads_no_store_or_duckdb(tmp_path: Path) -> 
     assert r.returncode == 0 and "ncclKernel" in r.stdout, r.stderr
     loaded = set(json.loads(out.read_text()))
     heavy = {"duckdb", "pyarrow", "pandas", "infbench.store", "probes.traces.importer",
-             "probes.traces.analysis"}
+             "probes.traces.analysis", "rich", "rich.console", "rich.table"}
     assert not heavy & loaded, heavy & loaded
