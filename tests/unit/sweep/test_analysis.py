@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference_engine.config import EngineConfig
-from reference_engine.executor import SamplingParams, SeqWork, StepBatch
-from reference_engine.sim_executor import SimExecutor
-
 from infbench.sweep.analysis import fit_line, half_sample_mode, roofline_comparison
 from infbench.sweep.points import Point, fill_rates, parse_points
 from infbench.sweep.saturation import kneedle
+from reference_engine.config import EngineConfig
+from reference_engine.executor import SamplingParams, SeqWork, StepBatch
+from reference_engine.sim_executor import SimExecutor
 
 
 def test_listed_points_and_errors() -> None:
