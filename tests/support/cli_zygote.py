@@ -27,6 +27,7 @@ Run as `python -m tests.support.cli_zygote SOCKET_PATH`; it prints "ready" when 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -131,10 +132,8 @@ def reap(running: dict[int, socket.socket]) -> None:
         if conn is None:
             continue
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        try:
+        with contextlib.suppress(OSError):  # the client may have given up on this call
             conn.sendall(f"status {code}\n".encode())
-        except OSError:
-            pass  # the client gave up on this call
         conn.close()
 
 
