@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import cli
 from tools.real_vllm import install
 from tools.real_vllm.server import VllmServer
 
@@ -39,27 +39,94 @@ def start(log: Path, extra: list[str] | None = None) -> VllmServer:
     return VllmServer(log, extra_args=[*BASE_ARGS, *(extra or [])]).start()
 
 
-@pytest.fixture(scope="session")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    srv = start(tmp_path_factory.mktemp("vllm") / "server.log")
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def _lora_args(root: Path) -> list[str]:
+    from tools.real_vllm.make_adapter import write_adapter
+
+    sql, chat = write_adapter(root / "sql", 8, 0), write_adapter(root / "chat", 8, 1)
+    return ["--enable-lora", "--max-loras", "1", "--max-lora-rank", "8",
+            "--lora-modules", f"sql={sql}", f"chat={chat}"]
+
+
+SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3}
+# The servers the session's fixtures serve, by fixture name: their settings beyond BASE_ARGS.
+SERVERS: dict[str, Callable[[Path], list[str]]] = {
+    "vllm": lambda root: [],
+    "vllm_changed": lambda root: CHANGED_ARGS,
+    "vllm_lora": _lora_args,
+    "vllm_spec": lambda root: ["--speculative-config", json.dumps(SPEC)],
+}
+
+
+class Prestart:
+    """Starts every server the session's remaining tests use at once, when the first of them
+    is needed. A start is ~60 s of mostly one CPU (imports, the model's load, the KV pool's
+    allocation) and an idle server uses none, so on two CPUs four starts side by side take
+    about two starts' time; they begin only when the first real-engine test needs a server,
+    not beside the timed `serial` tests before it. Owns: the launched servers."""
+
+    def __init__(self, session: pytest.Session, tmp: pytest.TempPathFactory) -> None:
+        self.session, self.tmp = session, tmp
+        self.launched: dict[str, VllmServer] = {}
+
+    def _launch(self, name: str) -> None:
+        root = self.tmp.mktemp(name)
+        self.launched[name] = VllmServer(root / "server.log",
+                                         extra_args=[*BASE_ARGS, *SERVERS[name](root)]).launch()
+
+    def get(self, name: str) -> VllmServer:
+        if not install.installed():
+            pytest.fail("the real vLLM is not installed: run `python -m tools.real_vllm.install`")
+        if not self.launched:
+            wanted = {f for item in self.session.items for f in getattr(item, "fixturenames", ())}
+            for other in SERVERS:
+                if other in wanted and other != name:
+                    self._launch(other)
+        if name not in self.launched:
+            self._launch(name)
+        return self.launched[name].wait_ready()
+
+    def stop(self, name: str) -> None:
+        srv = self.launched.pop(name, None)
+        if srv is not None:
+            srv.stop()
+
+    def stop_all(self) -> None:
+        for name in list(self.launched):
+            self.stop(name)
 
 
 @pytest.fixture(scope="session")
-def vllm_changed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    srv = start(tmp_path_factory.mktemp("vllm_changed") / "server.log", CHANGED_ARGS)
+def prestart(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prestart]:
+    p = Prestart(request.session, tmp_path_factory)
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+def served(prestart: Prestart, name: str) -> Iterator[VllmServer]:
+    """A fixture's body: the server `name` of SERVERS, stopped when the fixture ends."""
+    srv = prestart.get(name)
     try:
         yield srv
     finally:
-        srv.stop()
+        prestart.stop(name)
+
+
+@pytest.fixture(scope="session")
+def vllm(prestart: Prestart) -> Iterator[VllmServer]:
+    yield from served(prestart, "vllm")
+
+
+@pytest.fixture(scope="session")
+def vllm_changed(prestart: Prestart) -> Iterator[VllmServer]:
+    yield from served(prestart, "vllm_changed")
 
 
 def infbench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "infbench", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return cli.infbench(*args, timeout=timeout)  # forked as the e2e tests' (docs/testing.md)
 
 
 def ok(r: subprocess.CompletedProcess[str]) -> str:

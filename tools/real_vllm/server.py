@@ -63,6 +63,10 @@ class VllmServer:
         return SERVED_NAME
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> VllmServer:
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> VllmServer:
+        """Start the process and return at once (`wait_ready` waits for it to serve)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
@@ -70,6 +74,10 @@ class VllmServer:
             stdout=log, stderr=subprocess.STDOUT, env=base_env(self.kv_gib),
             start_new_session=True)
         log.close()
+        return self
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> VllmServer:
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
