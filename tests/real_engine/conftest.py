@@ -80,8 +80,11 @@ class Prestart:
         if not self.launched:
             wanted = {f for item in self.session.items for f in getattr(item, "fixturenames", ())}
             for other in SERVERS:
-                if other in wanted and other != name:
+                if other in wanted or other == name:
                     self._launch(other)
+            # All ready before any test runs: none is timed beside a start.
+            for srv in self.launched.values():
+                srv.wait_ready()
         if name not in self.launched:
             self._launch(name)
         return self.launched[name].wait_ready()
