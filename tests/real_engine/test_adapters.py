@@ -15,13 +15,21 @@ from pathlib import Path
 import pytest
 
 from infbench.store import open_store
-from tests.real_engine.conftest import Prestart, get_json, infbench, ok, served
+from tests.real_engine.conftest import get_json, infbench, ok, start
+from tools.real_vllm.make_adapter import write_adapter
 from tools.real_vllm.server import VllmServer
 
 
 @pytest.fixture(scope="module")
-def vllm_lora(prestart: Prestart) -> Iterator[VllmServer]:
-    yield from served(prestart, "vllm_lora")  # two adapters made with peft (conftest.SERVERS)
+def vllm_lora(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    root = tmp_path_factory.mktemp("adapters")
+    sql, chat = write_adapter(root / "sql", 8, 0), write_adapter(root / "chat", 8, 1)
+    srv = start(root / "server.log", ["--enable-lora", "--max-loras", "1", "--max-lora-rank", "8",
+                                      "--lora-modules", f"sql={sql}", f"chat={chat}"])
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 def test_adapters_by_name_recorded_summarised_and_diagnosed(vllm_lora: VllmServer,

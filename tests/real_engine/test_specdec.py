@@ -12,16 +12,23 @@ from pathlib import Path
 import pytest
 
 from infbench.store import open_store
-from tests.real_engine.conftest import SPEC, Prestart, infbench, metric, ok, served
+from tests.real_engine.conftest import infbench, metric, ok, start
 from tools.real_vllm.server import VllmServer
 
+SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3}
 COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
             "vllm:spec_decode_num_accepted_tokens_total")
 
 
 @pytest.fixture(scope="module")
-def vllm_spec(prestart: Prestart) -> Iterator[VllmServer]:
-    yield from served(prestart, "vllm_spec")  # the n-gram drafter of conftest.SPEC
+def vllm_spec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    srv = start(tmp_path_factory.mktemp("vllm_spec") / "server.log",
+                ["--speculative-config", json.dumps(SPEC)])
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 def test_acceptance_from_the_scrapes_is_vllms_own(vllm_spec: VllmServer, tmp_path: Path) -> None:
