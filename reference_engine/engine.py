@@ -27,7 +27,7 @@ from reference_engine.config import ConfigError, EngineConfig
 from reference_engine.device import SimDevice
 from reference_engine.executor import Executor, ExecutorClosed
 from reference_engine.fair_share import fair_share_for
-from reference_engine.faults import Faults
+from reference_engine.faults import HOST_LATE_S, Faults
 from reference_engine.lora import LoraModules, step_fields
 from reference_engine.profiling import StepProfiler
 from reference_engine.request import (
@@ -281,9 +281,12 @@ class Engine:
         if self.executor.name != "sim":  # the sim prices the mask itself; others wait it out
             extra += self.structured.host_extra_s(end - exec_start)
         stall = self.faults.stall_seconds(step_id, start)
+        late = getattr(self.executor, "last_late_s", 0.0)
         if extra + stall > 0:
+            due = end + extra + stall
             time.sleep(extra + stall)  # a device or host that is slower than it should be
             end = time.monotonic()
+            late += end - due
         self._window_start = end
         parts = getattr(self.executor, "last_parts", None) or {}
         bd = parts.get("breakdown")
@@ -295,7 +298,7 @@ class Engine:
         host_s += time.monotonic() - t1
         if out.scheduled:
             self.profiler.record(step_id, start, end, out.batch)
-        return self._record(step_id, start, end, out, stall > 0, host_s)
+        return self._record(step_id, start, end, out, stall > 0, host_s, late >= HOST_LATE_S)
 
     # ---- step helpers ---------------------------------------------------------------------
     def _intake(self) -> None:
@@ -315,7 +318,7 @@ class Engine:
             self._call(seq, self._abort_output(seq))
 
     def _record(self, step_id: int, start: float, end: float, out: SchedulerOutput,
-                stalled: bool, host_s: float) -> dict[str, Any]:
+                stalled: bool, host_s: float, host_late: bool = False) -> dict[str, Any]:
         s = self.scheduler
         spec_before = self._spec_seen
         record = {
@@ -323,7 +326,7 @@ class Engine:
             "prefill_tokens": out.num_prefill_tokens, "decode_seqs": out.num_decode_seqs,
             "num_running": len(s.running), "num_waiting": len(s.waiting),
             "preemptions": len(out.preempted), "kv_blocks_used": self.pool.num_used_blocks,
-            "kv_blocks_total": self.pool.num_blocks, "fault": self.faults.step_label(stalled),
+            "kv_blocks_total": self.pool.num_blocks, "fault": self.faults.step_label(stalled, host_late),
             "host_s": host_s,  # engine time outside the executor (intake, schedule, update)
             # Sum of the decoding sequences' contexts (each new token attends to itself and all
             # before it): with decode_seqs, the KV a decode step reads; the MBU truth in tests.

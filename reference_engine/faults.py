@@ -14,6 +14,12 @@ A spec is `kind:field=value,field=value` (the `--fault` flag, repeatable):
 | `pcie` | `gen=G` and/or `width=W` | the host<->device link trained at Gen G xW below the board's maximum: each step's host<->device copies take their bytes at that bandwidth; /metrics shows the current vs maximum link |
 | `xid` | `code=N`, optional `at_s=T` | T s after start (default 0) the GPU raises XID N: 63, 64, 92 only count ECC errors; any other code loses the device (requests in flight and after are aborted); /metrics shows the XID |
 | `slow-collective` | `factor=F` (> 1), optional `bytes_per_token=` | each step adds (F-1) x the ideal tensor-parallel all-reduce time of its tokens (ring all-reduce over the GPU's interconnect); needs tensor_parallel_size > 1 |
+
+One label is no injected fault: `host-late` marks a step that ended `HOST_LATE_S` or more
+after it was due (the sim executor's deadline, then any injected sleep): the host did not run
+the engine in time (a busy neighbour, a descheduled process). Such a pause is real and the
+stall playbook rightly finds it; the label is the lab's truth that nobody injected it, so a
+test can tell the host's stalls from the one it injected.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from typing import Any
 from reference_engine.device import PCIE_LANE_GBPS, PCIE_WIDTHS, THROTTLE_BITS, GpuFaultConfig
 
 THROTTLE_REASONS = tuple(THROTTLE_BITS)
+# Past this lateness a step is the host's doing: a sleep wakes ~0.1 ms late and a busy
+# 2-vCPU host adds a few ms, while the least stall the playbook counts is 50 ms.
+HOST_LATE_S = 0.020
 
 # kind -> {field: type}; `required` lists fields that must be given.
 _FIELDS: dict[str, dict[str, type]] = {
@@ -242,8 +251,9 @@ class Faults:
         with self._lock:
             return self._retained_bytes
 
-    def step_label(self, stalled: bool) -> str | None:
-        """The `fault` field of a step record: which faults shaped this step."""
+    def step_label(self, stalled: bool, host_late: bool = False) -> str | None:
+        """The `fault` field of a step record: which faults shaped this step (and `host-late`
+        when the host, not a fault, made it end late: module docstring)."""
         labels = []
         if self.device_factor > 1.0:
             labels.append("slow-device")
@@ -255,4 +265,6 @@ class Faults:
             labels.append("pcie")
         if stalled:
             labels.append("periodic-stall")
+        if host_late:
+            labels.append("host-late")
         return "+".join(labels) or None

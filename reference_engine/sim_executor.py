@@ -57,9 +57,12 @@ EOS_ID = 257  # the byte tokenizer's end of sequence (ids 0..255 are bytes)
 _PRINTABLE_FIRST, _PRINTABLE_COUNT = 0x20, 0x7F - 0x20  # space .. '~'
 _M64 = (1 << 64) - 1
 _SPIN_S = 0.0002  # the last stretch before a deadline is waited out by yielding, not sleeping
-# A device keeps computing while its host is late to look: a step that wakes late (a busy
-# neighbour, a GC pause) is made up by starting the next deadline early, up to this much.
-# Longer delays are real stalls and are kept, not compressed into a burst of short steps.
+# A device keeps computing while its host is late to look: a step that wakes late (sleep
+# granularity, a busy neighbour's few ms) is made up by starting the next deadline early,
+# if it is at most this late. A later wake is a host stall (the device finished and sat
+# idle): it is kept whole, owing nothing, not compressed into a burst of short steps after
+# it, which a client would read as one coalesced read and the stall playbook would spread
+# below its threshold. The engine labels such a step host-late (faults.HOST_LATE_S, equal).
 MAX_CATCH_UP_S = 0.020
 _MIN_NATURAL_OUTPUT = 16
 # The launch model infbench's config diff prices with (infbench/config/impact.py).
@@ -144,6 +147,7 @@ class SimExecutor:
         else:
             self.num_blocks = self.plan.num_blocks
         self.last_prediction_s = 0.0
+        self.last_late_s = 0.0  # how far past its deadline the last step ended (engine.py)
         self.last_parts: dict = {}
         # Owns: how late the last deadline was met (capped), taken off the next deadline.
         self.carry_s = 0.0
@@ -246,7 +250,8 @@ class SimExecutor:
         while (now := time.monotonic()) < deadline:
             time.sleep(0)  # releases the GIL, so the server threads keep running
         late = now - deadline
-        self.carry_s = min(late, MAX_CATCH_UP_S)
+        self.last_late_s = late
+        self.carry_s = late if late < MAX_CATCH_UP_S else 0.0
         return out  # type: ignore[return-value]  # a work with drafts gets a list, as Executor.execute says
 
     def _sample(self, batch: StepBatch) -> dict[int, int | list[int]]:

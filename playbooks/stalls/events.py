@@ -234,7 +234,11 @@ def classify(ev: Events, has_steps: bool, client_lag_ms: np.ndarray) -> None:
     ev.kind[:] = "undetermined"
     ev.kind[(ev.n_active >= 2) & ~progressing] = "engine_wide"
     ev.kind[progressing] = "private"
-    long_step = ev.covering_step_ms >= 0.5 * ev.gap_ms  # NaN compares False
+    # A long step explains a pause every stream shared; a private gap's others were served
+    # by the steps during it, so no step stopped it alone: with a step log, preemption or
+    # the reader. (Else one stream read late across a long prefill step is called a private
+    # stall, and counted as a prefill event too.)
+    long_step = (ev.covering_step_ms >= 0.5 * ev.gap_ms) & ~progressing  # NaN compares False
     for i in range(len(ev)):
         if has_steps and ev.kind[i] == "private" and ev.preemptions[i] > 0:
             ev.cause[i] = "preemption"

@@ -61,7 +61,7 @@ def write_timeline(con, *, requests: int, concurrency: int, tokens: int, step_ms
                    client_hold_every: int = 0, client_hold_ms: float = 0.0,
                    fail: dict[int, tuple[int, str, float]] | None = None,
                    hang_at_step: int = 0, timeout_s: float = 3.0,
-                   metrics_every_s: float = 0.0) -> str:
+                   metrics_every_s: float = 0.0, prefill: dict[int, int] | None = None) -> str:
     """Write one run; returns its run id.
 
     `stall_at`: step ids that stall by `stall_ms` (besides `stall_every`/`stall_every_s`).
@@ -73,7 +73,8 @@ def write_timeline(con, *, requests: int, concurrency: int, tokens: int, step_ms
     last token). `hang_at_step`: the engine never runs that step or any later one; requests
     still running time out `timeout_s` after their send, and each slot's next request is sent
     then and times out too. `metrics_every_s`: /metrics scrapes of running requests and
-    tokens generated, as the engine reports them.
+    tokens generated, as the engine reports them. `prefill`: step id -> the prefill tokens
+    the step log records for it (0 elsewhere).
     """
     run_id = new_run_id()
     create_run(con, run_id=run_id, config={"target": {"engine_args": []}}, target_url="synthetic",
@@ -132,7 +133,8 @@ def write_timeline(con, *, requests: int, concurrency: int, tokens: int, step_ms
     ran = np.arange(n_steps) < (hang_at_step or n_steps)
     if steps:
         s = {"step_id": np.arange(n_steps)[ran].tolist(), "start_s": (starts_ns[ran] / 1e9).tolist(),
-             "end_s": (ends_ns[ran] / 1e9).tolist(), "prefill_tokens": [0] * int(ran.sum()),
+             "end_s": (ends_ns[ran] / 1e9).tolist(),
+             "prefill_tokens": [(prefill or {}).get(i, 0) for i in np.flatnonzero(ran)],
              "decode_seqs": [concurrency] * int(ran.sum()), "num_running": [concurrency] * int(ran.sum()),
              "num_waiting": [0] * int(ran.sum()), "preemptions": [0] * int(ran.sum())}
         insert_batch(con, run_id, "engine_steps", to_arrow("engine_steps", s))

@@ -9,7 +9,7 @@ import pytest
 
 from reference_engine.config import EngineConfig
 from reference_engine.engine import Engine
-from reference_engine.faults import FAULT_KINDS, Faults, FaultSpecError, parse_fault
+from reference_engine.faults import FAULT_KINDS, HOST_LATE_S, Faults, FaultSpecError, parse_fault
 from reference_engine.request import RequestOutput, SamplingParams
 from reference_engine.sim_executor import SimExecutor
 
@@ -18,6 +18,12 @@ def engine(fake_executor: type, faults: list[str], step_s: float = 0.0) -> Engin
     config = EngineConfig(block_size=4, max_num_seqs=8, max_num_batched_tokens=32,
                           max_model_len=128, faults=faults)
     return Engine(config, executor=fake_executor(block_size=4, step_s=step_s))
+
+
+def labels(record: dict) -> set[str]:
+    """The faults a step record names; `host-late` is left out: a busy host may add it to any
+    step (reference_engine/faults.py), and these tests are about the injected ones."""
+    return set((record["fault"] or "").split("+")) - {"", "host-late"}
 
 
 def run_steps(eng: Engine, n: int) -> list[dict]:
@@ -61,10 +67,10 @@ def test_a_fault_given_twice_is_refused() -> None:
 def test_periodic_stall_every_steps_signature(fake_executor: type) -> None:
     eng = engine(fake_executor, ["periodic-stall:every_steps=4,duration_ms=30"])
     records = run_steps(eng, 12)
-    stalled = [r["step_id"] for r in records if r["fault"] == "periodic-stall"]
+    stalled = [r["step_id"] for r in records if labels(r) == {"periodic-stall"}]
     assert stalled == [4, 8, 12]
     for r in records:
-        if r["fault"]:
+        if labels(r):
             assert r["end"] - r["start"] >= 0.030  # the stall is inside the step
     eng.check_invariants()
 
@@ -78,7 +84,7 @@ def test_periodic_stall_every_seconds_follows_the_clock() -> None:
 def test_slow_device_stretches_other_executors(fake_executor: type) -> None:
     eng = engine(fake_executor, ["slow-device:factor=3"], step_s=0.005)
     for r in run_steps(eng, 3):
-        assert r["fault"] == "slow-device"
+        assert labels(r) == {"slow-device"}
         assert r["end"] - r["start"] >= 0.015
 
 
@@ -158,3 +164,56 @@ def test_every_example_the_help_prints_parses() -> None:
     shown = re.findall(r"--fault (\S+:\S+)", build_parser().format_help())
     assert shown == list(FAULT_EXAMPLES)
     assert {parse_fault(e).kind for e in shown} == set(FAULT_KINDS)
+
+
+class _LateSleeps:
+    """A module's `time` on a virtual clock: a sleep advances it at once, the first `late`
+    sleeps `by_s` further, as a process the host descheduled wakes late. Exact lateness on
+    any host, busy or not."""
+
+    def __init__(self, by_s: float, late: int = 1) -> None:
+        self.by_s, self.late, self.offset = by_s, late, 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def sleep(self, s: float) -> None:
+        if self.late and s > 0:
+            self.late -= 1
+            s += self.by_s
+        self.offset += s
+
+
+def test_a_sim_step_the_host_ran_late_is_labelled_host_late(monkeypatch: pytest.MonkeyPatch) -> None:
+    import reference_engine.engine as engine_module
+    import reference_engine.sim_executor as sim
+    eng = Engine(EngineConfig(block_size=4, max_num_seqs=8, max_num_batched_tokens=32,
+                              max_model_len=128, num_gpu_blocks=100))
+    clock = _LateSleeps(HOST_LATE_S + 0.015)
+    monkeypatch.setattr(sim, "time", clock)
+    monkeypatch.setattr(engine_module, "time", clock)
+    first, *rest = run_steps(eng, 4)
+    assert first["fault"] == "host-late"
+    assert first["end"] - first["start"] >= HOST_LATE_S + 0.015
+    # the executor owed the host's lateness back over the next steps, not another label
+    assert all(r["fault"] in (None, "host-late") for r in rest)
+
+
+def test_an_injected_stall_the_host_overslept_carries_both_labels(
+        fake_executor: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    import reference_engine.engine as engine_module
+    eng = engine(fake_executor, ["periodic-stall:every_steps=2,duration_ms=10"])
+    monkeypatch.setattr(engine_module, "time", _LateSleeps(0.030))
+    records = run_steps(eng, 4)
+    assert records[1]["fault"] == "periodic-stall+host-late"
+    # a step that sleeps on time, and steps the fake executor never sleeps in, are not late
+    assert [r["fault"] for r in (records[0], records[2], records[3])] == [None, None, "periodic-stall"]
+
+
+def test_a_step_below_the_lateness_threshold_is_not_labelled(
+        fake_executor: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    import reference_engine.engine as engine_module
+    eng = engine(fake_executor, ["periodic-stall:every_steps=1,duration_ms=5"])
+    monkeypatch.setattr(engine_module, "time", _LateSleeps(HOST_LATE_S / 4))
+    first = run_steps(eng, 1)[0]
+    assert first["fault"] == "periodic-stall"

@@ -169,7 +169,7 @@ def test_step_log_labels_throttle_and_pcie() -> None:
     out: list = []
     eng.add_request("a", [65] * 8, SamplingParams(max_tokens=2, ignore_eos=True), out.append)
     rec = eng.step()
-    assert rec is not None and rec["fault"] == "throttle+pcie"
+    assert rec is not None and rec["fault"].removesuffix("+host-late") == "throttle+pcie"
 
 
 @pytest.mark.parametrize("spec,err", [

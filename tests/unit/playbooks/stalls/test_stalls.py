@@ -188,3 +188,18 @@ def test_a_few_private_gaps_that_leave_p99_alone_are_info(
                  private={request_idx: (at, ms)})
     priv = [f for f in diag.findings if f.verdict == "private_stall"]
     assert priv and all(f.severity == "info" for f in priv)
+
+
+@pytest.mark.parametrize(("step", "prefill_ms", "late_ms"), [(50, 200.0, 150.0), (83, 320.0, 90.0)])
+def test_a_stream_read_late_across_a_long_prefill_step_is_the_readers(
+        tmp_path: Path, step: int, prefill_ms: float, late_ms: float) -> None:
+    """A long prefill step stops every stream; one of them is read `late_ms` later still,
+    while the others already stream again. The shared pause is the prefill's; the private
+    remainder is the reader's (the step log records no preemption), not a private stall
+    the prefill step would explain, and the prefill is counted once."""
+    diag = _diag(tmp_path, requests=24, concurrency=8, tokens=120, slow={step: prefill_ms},
+                 prefill={step: 4096}, private={3: (step - 1, late_ms)})
+    events = diag.context["stall_events"]
+    assert events["private"] == 1 and events["by_cause"] == {"prefill": 1, "client_pause": 1}
+    assert not {"private_stall", "preemption_stall"} & set(diag.verdicts())
+    assert any("observer's own" in n for n in diag.notes)
