@@ -109,7 +109,19 @@ def diagnose_structured(con: duckdb.DuckDBPyConnection, run_ref: str,
         diag.notes.append(f"Only {reqs.ttft['later'].size} requests found their schema compiled: "
                           f"too few to judge the first requests against (need "
                           f"{MIN_WARM_REQUESTS}); send more requests per schema.")
-    for f in (_compile_stall(reqs, steps, sizes), _cache_too_small(reqs, steps), _mask(steps)):
+    stall = _compile_stall(reqs, steps, sizes)
+    if stall is not None and steps is not None and not steps.compiles["compiles"]:
+        # The engine's own log outranks the client's inference: first requests that were
+        # slower than their neighbours in a run without a single compile waited on something
+        # else (a busy host, a prefill), and naming a compile would send on-call to the cache.
+        first = next((e.values for e in stall.evidence if e.name == "first_vs_later"), {})
+        diag.notes.append(
+            f"The first request of {first.get('schemas_stalled', '?')} of "
+            f"{first.get('schemas', '?')} schemas waited longer for its first token than the "
+            "requests sent around it, but the engine's step log has no grammar compile in this "
+            "run (every schema was found in its cache): not a compile stall.")
+        stall = None
+    for f in (stall, _cache_too_small(reqs, steps), _mask(steps)):
         if f is not None:
             diag.findings.append(f)
     return diag

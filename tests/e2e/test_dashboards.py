@@ -44,12 +44,17 @@ AT: list[str] = []
 # The vLLM families count engines, not series: the old-names engine is checked on its own, so
 # a moment at which only the new-names engine admitted requests would leave it without data
 # (seen on a loaded CI machine: TTFT, queue time and prefix-cache rates empty for it alone).
+# Every histogram a panel draws is a family (a round beside a busy neighbour found a moment
+# with SGLang's TTFT and e2e moving and its inter-token latency not).
 FAMILIES = ("sum(rate(infbench_requests_completed_total[5s])) > 0",
             "count(rate(vllm:time_to_first_token_seconds_count[5s]) > 0) >= 2",
             "count(rate(vllm:request_queue_time_seconds_count[5s]) > 0) >= 2",
             "count(rate(vllm:prefix_cache_queries_total[5s]) > 0"
             " or rate(vllm:gpu_prefix_cache_queries_total[5s]) > 0) >= 2",
+            "count(rate(vllm:inter_token_latency_seconds_count[5s]) > 0"
+            " or rate(vllm:time_per_output_token_seconds_count[5s]) > 0) >= 2",
             "sum(rate(sglang:time_to_first_token_seconds_count[5s])) > 0",
+            "sum(rate(sglang:inter_token_latency_seconds_count[5s])) > 0",
             "sum(rate(vllm:time_per_output_token_seconds_count[5s])) > 0",
             "sum(rate(vllm:e2e_request_latency_seconds_count[5s])) > 0",
             "sum(rate(sglang:e2e_request_latency_seconds_count[5s])) > 0",

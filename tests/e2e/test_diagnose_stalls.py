@@ -26,10 +26,10 @@ from playbooks import Diagnosis, StallOptions, diagnose_stalls
 from playbooks.findings import Finding
 from playbooks.stalls.findings import RANK_TIE
 from tests.e2e.engine_process import launch, stop
+from tests.support.host_pauses import STALL_VERDICTS, host_late_steps, hosts_stall, the_hosts
 
 pytestmark = pytest.mark.e2e
 
-STALL_VERDICTS = {"periodic_engine_stall", "engine_wide_stall", "preemption_stall", "private_stall"}
 
 
 def infbench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -51,42 +51,11 @@ def diagnose(db: Path, **opts: object) -> Diagnosis:
         con.close()
 
 
-# The steps the engine itself marks as ended late by the host (reference_engine/faults.py):
-# on the run's axis, in seconds.
-HOST_LATE_SQL = """
-SELECT (s.start_s * 1e9 - r.t0_monotonic_ns) / 1e9 AS s, (s.end_s * 1e9 - r.t0_monotonic_ns) / 1e9 AS e
-FROM engine_steps s JOIN runs r USING (run_id)
-WHERE s.run_id = (SELECT max(run_id) FROM runs) AND s.fault LIKE '%host-late%'
-"""
-# A token reaches the client shortly after its step ended: how far a pause's window may lie
-# past the step that made it.
-DELIVERY_S = 0.02
-
-
-def host_late_steps(db: Path) -> list[tuple[float, float]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return [(float(a), float(b)) for a, b in con.execute(HOST_LATE_SQL).fetchall()]
-    finally:
-        con.close()
-
-
-def the_hosts(f: Finding, late: list[tuple[float, float]]) -> bool:
-    """A stall finding every one of whose pauses lies on a step the engine marks host-late."""
-    windows = f.scope.get("windows_s") or []
-    return bool(late and windows) and all(
-        any(s < we + DELIVERY_S and e > ws - DELIVERY_S for s, e in late) for ws, we in windows)
-
-
 def injected(diag: Diagnosis, db: Path) -> list[str]:
-    """The verdicts, less stall findings that are the host's own pauses. A busy host (a CI
-    neighbour) really stops the engine now and then; the playbook is right to find that, and
-    the engine's step log says which steps the host made late, so a test can hold the
-    playbook to the cause it injected and still check each other pause against that truth
-    (a pause on no host-late step stays in, and fails the test)."""
+    """The verdicts, less stall findings that are the host's own pauses
+    (tests/support/host_pauses.py)."""
     late = host_late_steps(db)
-    return [f.verdict for f in diag.sorted_findings()
-            if not (f.verdict in STALL_VERDICTS and the_hosts(f, late))]
+    return [f.verdict for f in diag.sorted_findings() if not hosts_stall(f.verdict, f.scope, late)]
 
 
 def finding(diag: Diagnosis, verdict: str) -> Finding:
@@ -344,7 +313,7 @@ def test_a_host_that_stops_the_engine_once_is_found_and_marked_host_late(
     diag = diagnose(db)
     wide = [f for f in diag.findings if f.verdict == "engine_wide_stall"]
     assert wide, diag.verdicts()
-    assert the_hosts(wide[0], host_late_steps(db))
+    assert the_hosts(wide[0].scope.get("windows_s"), host_late_steps(db))
     gap = float(evidence(diag, "engine_wide_stall", "engine_wide_stalls")["max_gap_ms"])
     assert pause_s * 1e3 <= gap <= pause_s * 1e3 + 150
     if int(evidence(diag, "engine_wide_stall", "engine_wide_stalls")["events"]) == 1:
