@@ -281,7 +281,7 @@ class Engine:
         if self.executor.name != "sim":  # the sim prices the mask itself; others wait it out
             extra += self.structured.host_extra_s(end - exec_start)
         stall = self.faults.stall_seconds(step_id, start)
-        late = getattr(self.executor, "last_late_s", 0.0)
+        late = getattr(self.executor, "last_late_s", 0.0) if out.scheduled else 0.0
         if extra + stall > 0:
             due = end + extra + stall
             time.sleep(extra + stall)  # a device or host that is slower than it should be

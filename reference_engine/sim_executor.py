@@ -149,7 +149,8 @@ class SimExecutor:
         self.last_prediction_s = 0.0
         self.last_late_s = 0.0  # how far past its deadline the last step ended (engine.py)
         self.last_parts: dict = {}
-        # Owns: how late the last deadline was met (capped), taken off the next deadline.
+        # Owns: how late the last deadline was met, taken off the next deadline when it is
+        # below MAX_CATCH_UP_S (else 0: a host stall owes nothing).
         self.carry_s = 0.0
         self.capture_sizes = config.capture_sizes
         self.piecewise = config.cudagraph_mode == "PIECEWISE"
