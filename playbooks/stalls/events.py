@@ -113,6 +113,16 @@ FROM events e LEFT JOIN active a USING (event_id) LEFT JOIN progress p USING (ev
 ORDER BY e.we
 """
 
+# The run's prefill-carrying steps: what a prefill of a given size costs in this run.
+PREFILL_STEPS_SQL = """
+SELECT step_id, prefill_tokens, (end_s - start_s) * 1e3 AS step_ms
+FROM engine_steps WHERE run_id = $run_id AND prefill_tokens > 0
+"""
+# Steps whose prefill is within this factor of a long step's are its peers...
+_PEER_FACTOR = 2.0
+# ...and at least this many are needed to say what its prefill costs.
+_MIN_PEERS = 3
+
 CLIENT_LAG_SQL = """
 SELECT t_ns, loop_lag_ms FROM client_samples WHERE run_id = $run_id ORDER BY t_ns
 """
@@ -218,15 +228,40 @@ def find_events(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, base: B
         covering_step_prefill=np.asarray(cols["covering_step_prefill"], dtype=np.int64),
         preemptions=np.asarray(cols["preemptions"], dtype=np.int64), sql=sql)
     lag = _client_lag_at(con, run_id, ev.we) if has_client_samples and n else np.zeros(n)
-    classify(ev, has_steps, lag)
+    unexplained = (_beyond_prefill_ms(con, run_id, ev) if has_steps and n
+                   else np.full(n, np.nan))
+    classify(ev, has_steps, lag, unexplained, base.threshold_ms)
     return ev
 
 
-def classify(ev: Events, has_steps: bool, client_lag_ms: np.ndarray) -> None:
+def _beyond_prefill_ms(con: duckdb.DuckDBPyConnection, run_id: str, ev: Events) -> np.ndarray:
+    """Per event: how much longer its covering step took than the run's other steps carrying
+    a prefill of about its size (median of those within a factor 2 of its prefill tokens);
+    NaN where the step has no prefill or fewer than 3 such peers."""
+    _, cols = fetch_numpy(con, PREFILL_STEPS_SQL, run_id=run_id)
+    ids = np.asarray(cols["step_id"], dtype=np.int64)
+    tokens = np.asarray(cols["prefill_tokens"], dtype=float)
+    ms = np.asarray(cols["step_ms"], dtype=float)
+    out = np.full(len(ev), np.nan)
+    for i in range(len(ev)):
+        p = float(ev.covering_step_prefill[i])
+        if p <= 0:
+            continue
+        peers = ((tokens >= p / _PEER_FACTOR) & (tokens <= p * _PEER_FACTOR)
+                 & (ids != ev.covering_step_id[i]))
+        if int(peers.sum()) >= _MIN_PEERS:
+            out[i] = float(ev.covering_step_ms[i]) - float(np.median(ms[peers]))
+    return out
+
+
+def classify(ev: Events, has_steps: bool, client_lag_ms: np.ndarray,
+             beyond_prefill_ms: np.ndarray | None = None, threshold_ms: float = np.inf) -> None:
     """Set `kind` (the cross-request test) and `cause` (what the engine data says) per event.
 
-    Causes: `engine_pause` (a long engine step without prefill), `prefill` (a long step
-    carrying prefill tokens), `preemption` (the engine preempted during the gap),
+    Causes: `engine_pause` (a long engine step without prefill, or one that took a stall's
+    worth, `threshold_ms`, longer than the run's steps with a prefill of about its size:
+    `beyond_prefill_ms`), `prefill` (a long step its prefill tokens explain), `preemption`
+    (the engine preempted during the gap),
     `client_pause` (the engine kept stepping, or the client's event loop was stalled: the gap
     is the observer's own), `unattributed` (no step log to say).
     """
@@ -239,11 +274,16 @@ def classify(ev: Events, has_steps: bool, client_lag_ms: np.ndarray) -> None:
     # the reader. (Else one stream read late across a long prefill step is called a private
     # stall, and counted as a prefill event too.)
     long_step = (ev.covering_step_ms >= 0.5 * ev.gap_ms) & ~progressing  # NaN compares False
+    beyond = beyond_prefill_ms
     for i in range(len(ev)):
         if has_steps and ev.kind[i] == "private" and ev.preemptions[i] > 0:
             ev.cause[i] = "preemption"
         elif has_steps and long_step[i]:
-            ev.cause[i] = "prefill" if ev.covering_step_prefill[i] > 0 else "engine_pause"
+            # A host pause inside a step that also prefilled is still a pause: with chunked
+            # prefill most steps under load carry some prefill tokens.
+            paused = beyond is not None and beyond[i] >= threshold_ms  # NaN compares False
+            ev.cause[i] = ("prefill" if ev.covering_step_prefill[i] > 0 and not paused
+                           else "engine_pause")
         elif has_steps and ev.preemptions[i] > 0:
             ev.cause[i] = "preemption"
         elif has_steps or client_lag_ms[i] >= 0.5 * ev.gap_ms[i]:

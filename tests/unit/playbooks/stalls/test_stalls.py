@@ -203,3 +203,29 @@ def test_a_stream_read_late_across_a_long_prefill_step_is_the_readers(
     assert events["private"] == 1 and events["by_cause"] == {"prefill": 1, "client_pause": 1}
     assert not {"private_stall", "preemption_stall"} & set(diag.verdicts())
     assert any("observer's own" in n for n in diag.notes)
+
+
+@pytest.mark.parametrize(("at", "pause_ms", "tokens"), [(40, 200.0, 300), (71, 130.0, 1200)])
+def test_a_host_pause_inside_a_step_that_also_prefilled_is_a_pause(
+        tmp_path: Path, at: int, pause_ms: float, tokens: int) -> None:
+    """Under load most steps carry some prefill (chunked prefill, arrivals): a pause in one
+    of them is the host's when the run's other steps with a prefill of about that size were
+    short. Peers: ten steps with that prefill at the plain step time."""
+    peers = [at + 7 * k for k in range(1, 11)]
+    diag = _diag(tmp_path, requests=24, concurrency=8, tokens=150, slow={at: pause_ms},
+                 prefill={s: tokens for s in [at, *peers]})
+    assert diag.context["stall_events"]["by_cause"] == {"engine_pause": 1}
+    assert diag.verdicts() == ["engine_wide_stall"]
+
+
+@pytest.mark.parametrize(("steps", "prefill_ms", "tokens"), [((30, 90, 150, 210), 180.0, 4096),
+                                                             ((55, 120, 185), 95.0, 2048)])
+def test_long_steps_their_prefill_explains_stay_prefill(
+        tmp_path: Path, steps: tuple[int, ...], prefill_ms: float, tokens: int) -> None:
+    """Every step with this much prefill takes about as long: the prefill is the cause."""
+    slow = {s: prefill_ms * (1 + 0.05 * k) for k, s in enumerate(steps)}
+    diag = _diag(tmp_path, requests=24, concurrency=8, tokens=150, slow=slow,
+                 prefill={s: tokens for s in steps})
+    causes = diag.context["stall_events"]["by_cause"]
+    assert causes == {"prefill": len(steps)}, causes
+    assert not {"engine_wide_stall", "periodic_engine_stall"} & set(diag.verdicts())
