@@ -228,9 +228,8 @@ def find_events(con: duckdb.DuckDBPyConnection, run_id: str, t0_ns: int, base: B
         covering_step_prefill=np.asarray(cols["covering_step_prefill"], dtype=np.int64),
         preemptions=np.asarray(cols["preemptions"], dtype=np.int64), sql=sql)
     lag = _client_lag_at(con, run_id, ev.we) if has_client_samples and n else np.zeros(n)
-    unexplained = (_beyond_prefill_ms(con, run_id, ev) if has_steps and n
-                   else np.full(n, np.nan))
-    classify(ev, has_steps, lag, unexplained, base.threshold_ms)
+    beyond = _beyond_prefill_ms(con, run_id, ev) if has_steps and n else None
+    classify(ev, has_steps, lag, beyond, base.threshold_ms)
     return ev
 
 
@@ -274,14 +273,14 @@ def classify(ev: Events, has_steps: bool, client_lag_ms: np.ndarray,
     # the reader. (Else one stream read late across a long prefill step is called a private
     # stall, and counted as a prefill event too.)
     long_step = (ev.covering_step_ms >= 0.5 * ev.gap_ms) & ~progressing  # NaN compares False
-    beyond = beyond_prefill_ms
     for i in range(len(ev)):
         if has_steps and ev.kind[i] == "private" and ev.preemptions[i] > 0:
             ev.cause[i] = "preemption"
         elif has_steps and long_step[i]:
             # A host pause inside a step that also prefilled is still a pause: with chunked
             # prefill most steps under load carry some prefill tokens.
-            paused = beyond is not None and beyond[i] >= threshold_ms  # NaN compares False
+            paused = (beyond_prefill_ms is not None
+                      and beyond_prefill_ms[i] >= threshold_ms)  # NaN compares False
             ev.cause[i] = ("prefill" if ev.covering_step_prefill[i] > 0 and not paused
                            else "engine_pause")
         elif has_steps and ev.preemptions[i] > 0:
