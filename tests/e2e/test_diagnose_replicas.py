@@ -2,10 +2,11 @@
 
 Four sim engines: three healthy, one whose GPU is thermally throttled (`throttle` fault: SM
 clock 700 of 1980 MHz, the clock-event reason and the heat on its dcgm-named /metrics).
-Three fleet runs of three replicas each, through the CLI:
+Fleet runs of two or three replicas each, through the CLI:
 - healthy, healthy, throttled, round robin: the throttled replica is named slower at equal
   load, with its share of the fleet's p99 and the cause from its telemetry;
 - three healthy, `--route share:2,1,1`: the first is busier (twice the requests), not slower;
+  likewise shares 2:1 and 3:1 over two replicas and 1:1:4 over three (the last is busiest);
 - three healthy, round robin: no finding.
 Small runs (short outputs, ~5 s each) keep the file well under 90 s on two shared cores.
 """
@@ -147,6 +148,29 @@ def test_twice_the_load_is_busier_not_slower(shared_run: dict) -> None:
     diag = _diagnose_here(shared_run["db"])
     assert [f["verdict"] for f in diag["findings"]] == ["replica_busier"]
     assert diag["findings"][0]["title"].startswith("Replica x ")
+
+
+@pytest.mark.parametrize("shares", [(2, 1), (3, 1), (1, 1, 4)], ids=lambda s: ":".join(map(str, s)))
+def test_a_replica_given_more_of_the_load_is_busier_not_slower(
+        engines: dict[str, EngineProcess], shares: tuple[int, ...], tmp_path: Path) -> None:
+    """Healthy engines under unequal shares: the one dealt the most is busier, and no replica is
+    called slower (each is compared with its peers only at loads both saw, and the engines' own
+    steps at matched work say they are equally fast)."""
+    names = ["x", "y", "z"][:len(shares)]
+    db = tmp_path / "share.duckdb"
+    summary = _fleet_run(db, {n: engines[h] for n, h in zip(names, ("h1", "h2", "h3"))},
+                         "--route", "share:" + ",".join(map(str, shares)))
+    sent = [r["requests_sent"] for r in summary["fleet"]["replicas"]]
+    assert sum(sent) == 150
+    for n, w in zip(sent, shares):  # smooth weighted round robin: every count within one of its share
+        assert abs(n - 150 * w / sum(shares)) < 1, (sent, shares)
+    busiest = names[shares.index(max(shares))]
+    diag = _diagnose_here(db)
+    verdicts = [f["verdict"] for f in diag["findings"]]
+    assert "replica_slower" not in verdicts, [f["title"] for f in diag["findings"]]
+    assert verdicts == ["replica_busier"], [f["title"] for f in diag["findings"]]
+    assert diag["findings"][0]["title"].startswith(f"Replica {busiest} ")
+    assert not [r["replica"] for r in diag["context"]["replicas"] if r["slower"]]
 
 
 def test_healthy_fleet_has_no_finding(engines: dict[str, EngineProcess], tmp_path: Path) -> None:
