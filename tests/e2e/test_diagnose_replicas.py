@@ -158,11 +158,11 @@ def test_a_replica_given_more_of_the_load_is_busier_not_slower(
     steps at matched work say they are equally fast)."""
     names = ["x", "y", "z"][:len(shares)]
     db = tmp_path / "share.duckdb"
-    summary = _fleet_run(db, {n: engines[h] for n, h in zip(names, ("h1", "h2", "h3"))},
+    summary = _fleet_run(db, {n: engines[h] for n, h in zip(names, ("h1", "h2", "h3")[:len(names)], strict=True)},
                          "--route", "share:" + ",".join(map(str, shares)))
     sent = [r["requests_sent"] for r in summary["fleet"]["replicas"]]
     assert sum(sent) == 150
-    for n, w in zip(sent, shares):  # smooth weighted round robin: every count within one of its share
+    for n, w in zip(sent, shares, strict=True):  # smooth weighted round robin: every count within one of its share
         assert abs(n - 150 * w / sum(shares)) < 1, (sent, shares)
     busiest = names[shares.index(max(shares))]
     diag = _diagnose_here(db)

@@ -122,7 +122,9 @@ def test_engine_core_frozen_is_engine_stopped_while_health_says_200(
     try:
         # 5 s without an answer times a request out; the engine stays frozen until the run ends
         # The live watch reads the stacks of the API server and the EngineCore during the stop.
-        _record(vllm, db, "--arrival", "closed", "--concurrency", "4", "--num-requests", "60",
+        # 36 requests: 8 finished before the stop beside a busy neighbour (2 CPUs), and every
+        # one left waits its 5 s four at a time (60 took 68 s, 52 of them timed out).
+        _record(vllm, db, "--arrival", "closed", "--concurrency", "4", "--num-requests", "36",
                 "--input-tokens", "200", "--output-tokens", "96", "--timeout", "5",
                 "--engine-pid", str(vllm.proc.pid), "--engine-pid", str(pid), expect_rc=1)
     finally:
