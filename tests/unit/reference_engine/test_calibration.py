@@ -55,9 +55,21 @@ def test_a_mispriced_prefill_fails_the_comparison(factor: float) -> None:
     # The same table, every row, with each step's prefill share priced `factor` times what
     # the sim says: some published figure must fall outside 15% (docs/sim_calibration.md
     # says which: too fast shows in the 70B rows at C >= 25, too slow in the A100 C=8 ratio).
-    rows = [r for s in SWEEPS for r in compare(s, prefill_factor=factor)]
-    off = [r for r in rows if abs(r.error) > TOLERANCE]
-    assert off, "\n".join(f"{r.sweep} C={r.concurrency} {r.metric}: {r.error:+.1%}" for r in rows)
+    # Sweeps replayed cheapest first (fewest tokens to simulate), stopping at the first that
+    # misses: the check is the same (the table can tell), the 70B replay (4-5 s) is paid
+    # only when nothing cheaper tells.
+    rows = []
+    for sweep in sorted(SWEEPS, key=_replay_cost):
+        rows += compare(sweep, prefill_factor=factor)
+        if any(abs(r.error) > TOLERANCE for r in rows):
+            return
+    raise AssertionError("\n".join(f"{r.sweep} C={r.concurrency} {r.metric}: {r.error:+.1%}"
+                                    for r in rows))
+
+
+def _replay_cost(sweep: dict) -> float:
+    levels = {r["concurrency"] for r in sweep["row"]}
+    return sum(levels) * (sweep["input_len"] + sweep["output_len"])
 
 
 def test_the_checked_rows_span_one_stream_to_64_and_more() -> None:
