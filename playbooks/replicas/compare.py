@@ -10,6 +10,15 @@ steals the engine's CPU for a while stretches its logged steps more than its cli
 *busier* when, not slower, it was sent `busier_ratio` times its peers' requests or its
 requests met that many times their load.
 
+With the engine's step log, a replica the router sent `busier_ratio` times its peers'
+requests is not called slower on TTFT or TPOT when its own engine steps at equal work are
+surely not `min_effect` slower (the step interval's upper end below it): the engine says it
+is as fast, and what the client saw at "matched" load is load the concurrency at send does
+not capture (a higher arrival rate puts more prefill into the steps a request waits on). It
+is busier, with the refuted metrics kept (`refuted_on`) for a note. A replica sent its fair
+share keeps a client-side slowdown even with equal steps (a scheduler limit queues requests
+without slowing a step: that is a slower replica to its users).
+
 Two passes: the first compares each replica with all the others; the second compares each
 with the replicas the first did not find slower, so a healthy replica is not made to look
 fast, nor a second slow one hidden, by a slow peer in the pool.
@@ -33,6 +42,7 @@ class ReplicaVerdict:
     replica: str
     comparisons: dict[str, Comparison]
     slower_on: list[str] = field(default_factory=list)   # metrics where it is slower
+    refuted_on: list[str] = field(default_factory=list)  # slower there, its engine steps say not
     busier: bool = False
     load_ratio: float | None = None      # mean in flight at send / the peers'
     request_ratio: float | None = None   # measured requests / the peers' mean
@@ -88,32 +98,52 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
     z = z_for(alpha, len(replicas) * max(1, len(inputs)))
     threshold = float(np.log1p(min_effect))
 
-    def slower_on(cmps: dict[str, Comparison]) -> list[str]:
+    def hits_on(cmps: dict[str, Comparison]) -> list[str]:
         hits = [m for m, c in cmps.items()
                 if c.delta is not None and c.se is not None
                 and c.delta >= threshold and c.delta - c.quantile(z) * c.se > 0]
         return hits if any(m in CLIENT_METRICS for m in hits) else []
 
-    everyone = {r: [p for p in replicas if p != r] for r in replicas}
-    first = _pass(inputs, replicas, everyone)
-    suspects = {r for r in replicas if slower_on(first[r])}
-    healthy = [r for r in replicas if r not in suspects]
-    peers_of = {r: ([p for p in healthy if p != r] or everyone[r]) for r in replicas}
-    second = _pass(inputs, replicas, peers_of) if suspects else first
+    def steps_say_not_slower(cmps: dict[str, Comparison]) -> bool:
+        step = cmps.get("step")
+        return (step is not None and step.delta is not None and step.se is not None
+                and step.delta + step.quantile(z) * step.se < threshold)
+
     if obs.sent is not None:
         counts = obs.sent
     else:
         names, n = np.unique(obs.requests["replica"].astype(str), return_counts=True)
         counts = dict(zip(names.tolist(), n.tolist(), strict=True))
+
+    def request_ratio(r: str, peers: list[str]) -> float | None:
+        peer_counts = [counts.get(p, 0) for p in peers]
+        if not peer_counts or np.mean(peer_counts) <= 0:
+            return None
+        return counts.get(r, 0) / float(np.mean(peer_counts))
+
+    def split(r: str, cmps: dict[str, Comparison], peers: list[str]) -> tuple[list[str], list[str]]:
+        """(slower on, refuted on): a client-side slowdown of a replica the router sent more,
+        where its own engine steps at equal work say it is not slower, is refuted."""
+        hits = hits_on(cmps)
+        sent_more = (request_ratio(r, peers) or 0.0) >= busier_ratio
+        if hits and sent_more and steps_say_not_slower(cmps):
+            return [], hits
+        return hits, []
+
+    everyone = {r: [p for p in replicas if p != r] for r in replicas}
+    first = _pass(inputs, replicas, everyone)
+    suspects = {r for r in replicas if split(r, first[r], everyone[r])[0]}
+    healthy = [r for r in replicas if r not in suspects]
+    peers_of = {r: ([p for p in healthy if p != r] or everyone[r]) for r in replicas}
+    second = _pass(inputs, replicas, peers_of) if suspects else first
     verdicts = []
     for r in replicas:
         cmps = second[r]
-        v = ReplicaVerdict(r, cmps, slower_on(cmps), peers=peers_of[r])
+        slower, refuted = split(r, cmps, peers_of[r])
+        v = ReplicaVerdict(r, cmps, slower, refuted, peers=peers_of[r])
         ttft = cmps.get("ttft")
         v.load_ratio = ttft.load_ratio if ttft is not None else None
-        peer_counts = [counts.get(p, 0) for p in peers_of[r]]
-        if peer_counts and np.mean(peer_counts) > 0:
-            v.request_ratio = counts.get(r, 0) / float(np.mean(peer_counts))
+        v.request_ratio = request_ratio(r, peers_of[r])
         v.busier = not v.slower and any(x is not None and x >= busier_ratio
                                         for x in (v.load_ratio, v.request_ratio))
         verdicts.append(v)

@@ -83,6 +83,14 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
                     "z": round(z, 3),
                     "min_effect": options.min_effect, "load_bin_width": BIN_WIDTH}
     for v in verdicts:
+        if v.refuted_on:
+            seen = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.refuted_on)
+            diag.notes.append(
+                f"{v.replica}: {seen} against its peers at matched concurrency, but its engine steps "
+                f"at equal work {_ci(v.comparisons['step'], z)} and it was sent "
+                f"{v.request_ratio or 0:.2f}x their requests: load the concurrency at send does not "
+                "capture (more arrivals, more prefill in the steps a request waits on), not a "
+                "slower replica")
         thin = [m for m, c in v.comparisons.items() if c.delta is None]
         if thin:
             diag.notes.append(f"{v.replica}: too few requests at loads its peers also saw to compare "
@@ -126,6 +134,7 @@ def _ci(c: Comparison, z: float) -> str:
 
 def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
     out: dict[str, object] = {"replica": v.replica, "slower": v.slower, "busier": v.busier,
+                              "refuted_by_steps": list(v.refuted_on),
                               "load_ratio": v.load_ratio, "request_ratio": v.request_ratio}
     for m, c in v.comparisons.items():
         iv = c.interval(z)
@@ -289,12 +298,18 @@ def _busier(v: ReplicaVerdict, z: float, obs: Observations, options: ReplicaOpti
     if raw.raw_ratio is not None:
         raw_txt = (f" Unmatched, its median {METRIC_WORDS[raw.metric]} is {raw.raw_ratio:.2f}x theirs"
                    + (": that is the load." if raw.raw_ratio >= 1 + options.min_effect / 2 else "."))
+    if v.refuted_on:
+        seen = " and ".join(METRIC_WORDS[m] for m in v.refuted_on)
+        matched = (f"Its engine steps at equal work are as fast as its peers' ({same}): the higher "
+                   f"{seen} at matched concurrency is the load it was sent, not a slower engine.")
+    else:
+        matched = (f"At matched load it is as fast as its peers ({same}; none "
+                   f"{options.min_effect:.0%} or more slower).")
     return Finding(
         verdict="replica_busier",
         title=f"Replica {v.replica} is busier, not slower",
         confidence=0.8, severity="warning",
-        summary=(f"{v.replica} {' and '.join(parts)}. At matched load it is as fast as its peers "
-                 f"({same}; none {options.min_effect:.0%} or more slower).{raw_txt}"),
+        summary=f"{v.replica} {' and '.join(parts)}. {matched}{raw_txt}",
         evidence=_cmp_evidence(v, z, obs),
         next_actions=["Check the load balancer's weights and policy (least-outstanding routing "
                       "evens out load that round robin does not when requests differ in length).",

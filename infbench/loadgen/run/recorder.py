@@ -101,7 +101,13 @@ class Recorder:
         if error_class is None:
             st.done += 1
             if p.first_content_ns is not None:
-                st.recent_ttft_ms.append((p.first_content_ns - raw.send_ns) / 1e6)
+                ttft_ms = (p.first_content_ns - raw.send_ns) / 1e6
+                st.recent_ttft_ms.append(ttft_ms)
+                if replica is not None:
+                    own = st.replica_ttft_ms.get(replica)
+                    if own is None:
+                        own = st.replica_ttft_ms[replica] = deque(maxlen=500)
+                    own.append(ttft_ms)
             itl_ns = p.mean_itl_ns()  # the summary's spread ITL, averaged over this stream
             if itl_ns is not None:
                 st.recent_itl_ms.append(itl_ns / 1e6)

@@ -85,6 +85,9 @@ class LiveStats:
     # Fleet runs: per replica, its finished requests' (mean ITL ms, concurrency at send),
     # newest last: what the live watch compares replicas on.
     replica_recent: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
+    # Fleet runs: per replica, its finished requests' TTFTs (the watch's yardstick for a
+    # replica that stops between waves: its own queue and prefill, not the slowest peer's).
+    replica_ttft_ms: dict[str, deque[float]] = field(default_factory=dict)
 
     def rate(self, window_s: float = 5.0) -> float:
         now = time.monotonic_ns()

@@ -5,8 +5,9 @@ can be captured while it still exists.
 Three triggers, each read from what the client already keeps (no work on the read path):
 - `engine_stopped`: on one target, streams are open and none has received a byte for
   `stall_s` (every stream stopped at once: the engine, not a request); or no stream is open
-  and the requests waiting for their first byte have waited `WAIT_FACTOR` x the run's
-  longest recent TTFT (and `stall_s`) with no byte from anything meanwhile: an engine that
+  and the requests waiting for their first byte have waited `WAIT_FACTOR` x the longest
+  recent TTFT on that target (in a fleet the replica's own, from `MIN_TTFTS` of its requests
+  on; the run's before that) and `stall_s`, with no byte from anything meanwhile: an engine that
   stops between one wave of requests and the next (a closed loop's requests end together and
   the next ones are sent together) leaves no stream to stop, and a prefill or a queue that
   long has not been seen in the run;
@@ -103,7 +104,8 @@ class Watcher:
                  counters: Callable[[], tuple[int, int, dict[str, int]]],
                  replica_samples: dict[str, deque[tuple[float, int]]] | None,
                  on_trigger: Callable[[Trigger], None],
-                 recent_ttft_ms: Sequence[float] = ()) -> None:
+                 recent_ttft_ms: Sequence[float] = (),
+                 replica_ttft_ms: dict[str, deque[float]] | None = None) -> None:
         self.settings = settings
         self._pools, self._names = list(pools), list(names)
         self._counters = counters
@@ -117,6 +119,7 @@ class Watcher:
         self._start_ns = 0
         self._depart_checked_ns = -_DEPART_EVERY_NS
         self._ttft_ms = recent_ttft_ms  # live: the runner appends finished requests' TTFTs
+        self._replica_ttft_ms = replica_ttft_ms  # live, per replica name (fleet runs)
         # per pool: each open exchange without a byte yet -> the tick it was first seen
         self._waiting: list[dict[Any, int]] = [{} for _ in self._pools]
 
@@ -166,7 +169,7 @@ class Watcher:
             stopped = silent_ns >= stall_ns
         else:
             stopped = False
-            ttfts = list(self._ttft_ms)
+            ttfts = self._yardstick(i)
             if waiting and len(ttfts) >= MIN_TTFTS:
                 longest_ns = now - min(waiting.values())
                 ttft_max = max(ttfts)
@@ -180,6 +183,13 @@ class Watcher:
                 "open_streams": len(streaming), "waiting_for_first_byte": len(waiting),
                 "silent_s": round(silent_ns / 1e9, 3), "last_byte_ns": progress,
                 "threshold_s": self.settings.stall_s, **detail}))
+
+    def _yardstick(self, i: int) -> list[float]:
+        """The TTFTs a wait on pool `i` is judged against: its replica's own once it has
+        enough (a slow peer's long queue must not hide this one's stop), else the run's."""
+        name = self._names[i]
+        own = self._replica_ttft_ms.get(name) if self._replica_ttft_ms and name else None
+        return list(own) if own is not None and len(own) >= MIN_TTFTS else list(self._ttft_ms)
 
     def _check_burst(self, now: int) -> None:
         done, errors, by_class = self._counters()
@@ -247,4 +257,4 @@ def start_watcher(watch: Watch, pools: Sequence[LivePool], names: Sequence[str |
     return Watcher(watch.settings, pools, names,
                    lambda: (stats.done, stats.errors, stats.errors_by_class),
                    stats.replica_recent if fleet else None, watch.on_trigger,
-                   stats.recent_ttft_ms)
+                   stats.recent_ttft_ms, stats.replica_ttft_ms if fleet else None)

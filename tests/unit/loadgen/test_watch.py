@@ -244,3 +244,41 @@ def test_requests_sent_into_a_stop_are_the_same_incident_until_a_byte_arrives() 
     for k in range(1, 20):
         w.check(12 * S + 50_000_000 + k * 100_000_000)
     assert [f.detail["open_streams"] for f in fired] == [3, 0]
+
+
+@pytest.mark.parametrize(("fast_ms", "slow_ms", "stall_s"), [(50.0, 3000.0, 1.0), (200.0, 1500.0, 0.6)])
+def test_a_replica_stopped_between_waves_is_judged_on_its_own_ttfts_not_a_slow_peers(
+        fast_ms: float, slow_ms: float, stall_s: float) -> None:
+    """Fleet: `a` answers in fast_ms, `b` queues for slow_ms. Both have requests waiting and no
+    stream open. `a` has waited 4x its own longest TTFT (and stall_s): a stop, though the fleet's
+    longest TTFT (b's) would put the bar at 4 x slow_ms; `b`, waiting as long, is within 4x of
+    its own and is not."""
+    own = {"a": deque([fast_ms * f for f in (0.5, 0.8, 1.0, 0.7, 0.6, 0.9, 0.75, 0.65)], maxlen=500),
+           "b": deque([slow_ms * f for f in (0.5, 0.8, 1.0, 0.7, 0.6, 0.9, 0.75, 0.65)], maxlen=500)}
+    run_wide = [*own["a"], *own["b"]]
+    pools = [FakePool({Ex(0, 0) for _ in range(3)}, last_read_ns=5 * S),
+             FakePool({Ex(0, 0) for _ in range(2)}, last_read_ns=5 * S)]
+    fired: list[Trigger] = []
+    w = Watcher(WatchSettings(stall_s=stall_s), pools, ["a", "b"], Counters(), None, fired.append,
+                run_wide, own)
+    w._start_ns = 0
+    limit_a = max(stall_s, 4 * fast_ms / 1e3)
+    assert limit_a < 4 * slow_ms / 1e3  # the run-wide bar would not be reached in this wait
+    t = 5 * S
+    w.check(t)
+    for k in range(1, 6):
+        w.check(t + int((limit_a + 0.05 * k) * S))
+    assert [(f.kind, f.replica) for f in fired] == [("engine_stopped", "a")]
+    assert fired[0].detail["ttft_max_ms"] == pytest.approx(fast_ms)
+
+
+def test_a_replica_with_too_few_ttfts_of_its_own_is_judged_on_the_runs() -> None:
+    own = {"a": deque([40.0] * 3, maxlen=500)}  # below MIN_TTFTS
+    pool = FakePool({Ex(0, 0)}, last_read_ns=2 * S)
+    fired: list[Trigger] = []
+    w = Watcher(WatchSettings(stall_s=0.5), [pool], ["a"], Counters(), None, fired.append,
+                [40.0] * 8 + [900.0], own)
+    w._start_ns = 0
+    for k in range(30):  # 2.9 s of waiting: past 4 x 40 ms, within 4 x 900 ms
+        w.check(2 * S + k * 100_000_000)
+    assert fired == []

@@ -15,9 +15,14 @@ from playbooks.replicas.observations import Observations
 
 def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, float]], *,
                     n: int = 200, base_load: float = 3.0, a: float = 0.15, p: float = 1.0,
-                    noise: float = 0.1, second_noise: float = 0.0, duration_s: float = 20.0
-                    ) -> Observations:
-    """`replicas`: name -> (load factor, slowdown). `n` requests per unit of load factor."""
+                    noise: float = 0.1, second_noise: float = 0.0, duration_s: float = 20.0,
+                    ttft_unmatched: dict[str, float] | None = None,
+                    step_slowdown: dict[str, float] | None = None) -> Observations:
+    """`replicas`: name -> (load factor, slowdown). `n` requests per unit of load factor.
+    `ttft_unmatched`: a replica's TTFT factor that its concurrency at send does not explain
+    (what a higher arrival rate does to a busier replica). `step_slowdown`: with it, an engine
+    step log per replica (50 steps a second of decode sequences and some prefill, on one
+    step-time line, times the replica's factor)."""
     cols: dict[str, list] = {k: [] for k in ("request_idx", "replica", "replica_concurrency", "send_ns",
                                              "ttft_ms", "tpot_ms", "e2e_ms", "decode_load")}
     idx = 0
@@ -28,7 +33,8 @@ def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, f
         send_s = np.sort(rng.uniform(0, duration_s, m))
         shocks = rng.normal(0, second_noise, int(duration_s) + 1)
         shared = np.exp(shocks[send_s.astype(int)])
-        ttft = 20.0 * (1 + a * load ** p) * slow * np.exp(rng.normal(0, noise, m)) * shared
+        ttft = (20.0 * (1 + a * load ** p) * slow * np.exp(rng.normal(0, noise, m)) * shared
+                * (ttft_unmatched or {}).get(name, 1.0))
         tpot = 5.0 * (1 + a * decode_load ** p) * slow * np.exp(rng.normal(0, noise, m)) * shared
         cols["request_idx"] += list(range(idx, idx + m))
         idx += m
@@ -44,4 +50,28 @@ def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, f
     steps = {k: np.asarray([]) for k in ("replica", "step_id", "step_ms", "decode_seqs",
                                          "prefill_tokens", "start_s")}
     steps["replica"] = steps["replica"].astype(object)
+    if step_slowdown is not None:
+        steps = _step_log(rng, replicas, step_slowdown, base_load, duration_s)
     return Observations(list(replicas), req, steps, "-- requests", "-- steps")
+
+
+def _step_log(rng: np.random.Generator, replicas: dict[str, tuple[float, float]],
+              step_slowdown: dict[str, float], base_load: float, duration_s: float
+              ) -> dict[str, np.ndarray]:
+    cols: dict[str, list] = {k: [] for k in ("replica", "step_id", "step_ms", "decode_seqs",
+                                             "prefill_tokens", "start_s")}
+    for name, (load_factor, _) in replicas.items():
+        k = int(50 * duration_s)
+        decode = 1 + rng.poisson(base_load * load_factor, k)
+        prefill = np.where(rng.random(k) < 0.3, rng.integers(50, 500, k), 0)
+        ms = (4.0 + 0.05 * decode + 0.02 * prefill) * step_slowdown.get(name, 1.0) * np.exp(
+            rng.normal(0, 0.05, k))
+        cols["replica"] += [name] * k
+        cols["step_id"] += list(range(k))
+        cols["step_ms"] += ms.tolist()
+        cols["decode_seqs"] += decode.tolist()
+        cols["prefill_tokens"] += prefill.tolist()
+        cols["start_s"] += np.sort(rng.uniform(0, duration_s, k)).tolist()
+    out = {k: np.asarray(v) for k, v in cols.items()}
+    out["replica"] = out["replica"].astype(object)
+    return out
