@@ -19,7 +19,10 @@ CSS = (".finding{border-left:5px solid #888;padding:4px 12px;margin:12px 0;backg
        ".finding.info{border-color:#08c}.sev{font-weight:bold;text-transform:uppercase;font-size:12px}"
        ".critical .sev{color:#c00}.warning .sev{color:#a60}.info .sev{color:#08c}"
        ".verdict{font-family:monospace;color:#555}.finding td{text-align:left;vertical-align:top}"
+       # A query's long lines wrap inside its cell: a table sizes to its content, so an
+       # overflow:auto <pre> in one would widen the page past a 900 px window when expanded.
        "details{margin:2px 0}summary{cursor:pointer;font-size:11px;color:#555}"
+       ".finding details pre{white-space:pre-wrap;overflow-wrap:anywhere}"
        ".headline{font-size:18px;padding:10px 14px;margin:8px 0 16px;border-left:8px solid #2a2}"
        ".headline.critical{border-color:#c00}.headline.warning{border-color:#d90}")
 

@@ -3,7 +3,8 @@ the page, and screenshot it.
 
 The check runs in the page: a hook on the 2D canvas records every text the charts draw (tick
 labels, axis titles, mark labels) with its ink box, and after the page settles a script
-collects the boxes of all DOM text (one per line fragment) and reports:
+collects the boxes of all DOM text (one per line fragment; every <details> opened first, so
+collapsed evidence is checked as it reads expanded) and reports:
 - `overlaps`: pairs of texts whose boxes intersect by more than 1 px both ways (canvas text
   against canvas text of the same chart, DOM text against DOM text, DOM text over a chart);
 - `over_data`: chart text drawn inside a chart's plotting area (where the data is);
@@ -57,6 +58,9 @@ window.addEventListener('error', (e) => window.__ibErrors.push(String(e.message)
 
 CHECK_JS = r"""
 setTimeout(function () {
+  // Collapsed evidence (a finding's SQL) is checked as a reader who expands it sees it: a
+  // closed <details> lays nothing out, yet its text reports line boxes stacked on each other.
+  document.querySelectorAll('details').forEach((d) => { d.open = true; });
   const TOL = 1;
   const hit = (a, b) => Math.min(a.r, b.r) - Math.max(a.l, b.l) > TOL && Math.min(a.b, b.b) - Math.max(a.t, b.t) > TOL;
   const page = (r) => ({ l: r.left + scrollX, r: r.right + scrollX, t: r.top + scrollY, b: r.bottom + scrollY });

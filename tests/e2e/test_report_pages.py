@@ -2,8 +2,8 @@
 900 px wide: no text overlaps other text or a plot's data, nothing is clipped, nothing is
 loaded from anywhere, the charts fill their width, and hover, zoom and legend toggles work.
 
-Made here: a run of the bundled engine (`infbench run`, diagnosed so the Diagnosis section has
-findings; its simulated GPU's dcgm-exporter series add the four GPU charts), an auto sweep that saturates (`infbench sweep --mode auto`, knee and goodput maximum
+Made here: a run of the bundled engine with a periodic stall injected (`infbench run`, diagnosed
+so the Diagnosis section has a stall finding and its SQL; its simulated GPU's dcgm-exporter series add the four GPU charts), an auto sweep that saturates (`infbench sweep --mode auto`, knee and goodput maximum
 marked) and the same sweep's first two points analysed alone (not saturated: no knee).
 Screenshots of the three pages at 1400 px are written to $INFBENCH_SCREENSHOTS when it is set
 (docs/reports.md), else into the test's temporary folder.
@@ -43,11 +43,16 @@ def test_chromium_is_installed() -> None:
 def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("pages")
     db, sdb = d / "run.duckdb", d / "sweep.duckdb"
+    # A periodic stall injected, so the Diagnosis section always holds a finding whose evidence
+    # carries multi-line SQL (collapsed in <details>; the check opens it). A host pause found
+    # on a quiet-looking run once put it there unplanned and it widened the page at 900 px.
     r = infbench("run", "--db", str(db), "--duration", "5", "--arrival", "poisson", "--rate", "6",
-                 "--output-tokens", "uniform:64:160", timeout=180)
+                 "--output-tokens", "uniform:64:160",
+                 "--engine-arg=--fault=periodic-stall:every_s=1.3,duration_ms=150", timeout=180)
     assert r.returncode == 0, r.stderr
-    r = infbench("diagnose", "stalls", "last", "--db", str(db), timeout=120)
+    r = infbench("diagnose", "stalls", "last", "--db", str(db), "--json", timeout=120)
     assert r.returncode == 0, r.stderr
+    assert any("stall" in f["verdict"] for f in json.loads(r.stdout)["findings"]), r.stdout[-2000:]
     r = infbench("report", "last", "--db", str(db), "--html", str(d / "run.html"))
     assert r.returncode == 0, r.stderr
     r = infbench("sweep", "--db", str(sdb), "--mode", "auto", "--num-rates", "1", "--duration", "2",
