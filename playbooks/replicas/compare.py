@@ -15,7 +15,7 @@ requests is not called slower on TTFT or TPOT when its own engine steps at equal
 surely not `min_effect` slower (the step interval's upper end below it): the engine says it
 is as fast, and what the client saw at "matched" load is load the concurrency at send does
 not capture (a higher arrival rate puts more prefill into the steps a request waits on). It
-is busier, with the refuted metrics kept (`refuted_on`) for a note. A replica sent its fair
+is busier, with the refuted metrics kept (`refuted_on`) for its finding to say so. A replica sent its fair
 share keeps a client-side slowdown even with equal steps (a scheduler limit queues requests
 without slowing a step: that is a slower replica to its users).
 

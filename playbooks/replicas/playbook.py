@@ -83,14 +83,6 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
                     "z": round(z, 3),
                     "min_effect": options.min_effect, "load_bin_width": BIN_WIDTH}
     for v in verdicts:
-        if v.refuted_on:
-            seen = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.refuted_on)
-            diag.notes.append(
-                f"{v.replica}: {seen} against its peers at matched concurrency, but its engine steps "
-                f"at equal work {_ci(v.comparisons['step'], z)} and it was sent "
-                f"{v.request_ratio or 0:.2f}x their requests: load the concurrency at send does not "
-                "capture (more arrivals, more prefill in the steps a request waits on), not a "
-                "slower replica")
         thin = [m for m, c in v.comparisons.items() if c.delta is None]
         if thin:
             diag.notes.append(f"{v.replica}: too few requests at loads its peers also saw to compare "
