@@ -17,6 +17,8 @@ import gc
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from probes.traces import timeline_numpy as tn
 from probes.traces.errors import TraceError
 from probes.traces.kineto_columns import RankEvents, read_rank
@@ -24,6 +26,8 @@ from probes.traces.paths import rank_files
 from probes.traces.timeline_arrays import TimelineArrays, select
 
 ANALYSES = tuple(tn.ANALYSES)
+# The categories the store imports as CPU ops (probes/traces/kineto.py): what cpu_steps reads.
+_CPU_OP_CATS = ("cpu_op", "Operator", "python_function")
 
 
 class TraceFrame:
@@ -65,6 +69,9 @@ class TraceFrame:
             seen.add(r.rank)
         tl = select(ranks)
         if not len(tl):
+            if not any(np.isin(r.cat, _CPU_OP_CATS).any() for r in ranks):
+                # Nothing cpu_steps could read either (the store's Timeline says the same).
+                raise TraceError(f"{path}: no GPU events or CPU ops to analyse")
             raise TraceError(f"{path}: no GPU events to analyse (a CPU-only profile: import it "
                              "and use `infbench trace analyze --only cpu_steps`)")
         return cls(str(path), ranks, tl)

@@ -13,6 +13,7 @@ from infbench.cli import app
 from infbench.commands.diagnose import session as diagnose_session
 from infbench.store import StoreError, open_store
 from infbench.store.findings import load_diagnoses
+from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
 runner = CliRunner()
@@ -21,7 +22,7 @@ runner = CliRunner()
 @pytest.fixture()
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "s.duckdb"
-    con = open_store(path)
+    con = new_store(path)
     write_timeline(con, requests=16, concurrency=8, tokens=100, stall_every=30, stall_ms=200)
     con.close()
     return path

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from infbench.cli import app
 from infbench.store import open_store
 from infbench.store.findings import load_diagnoses
+from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
 runner = CliRunner()
@@ -81,7 +82,7 @@ def test_truncated_or_garbage_dump_is_one_line_exit_2(tmp_path: Path, content, w
 
 def test_linked_run_keeps_the_findings(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
-    con = open_store(db)
+    con = new_store(db)
     write_timeline(con, requests=4, concurrency=2, tokens=20)
     run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
     con.close()
@@ -115,7 +116,7 @@ def _closed_port() -> int:
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
     db = tmp_path / "s.duckdb"
-    open_store(db).close()
+    new_store(db).close()
     r = _hang(*args, "--db", str(db))
     assert r.exit_code == 2, r.output
     (line,) = _lines(r.output)

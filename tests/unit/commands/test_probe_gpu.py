@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 import probes.gpu.run_probe as run_probe
 from infbench.cli import app
-from infbench.store import open_store
 from tests.support import nvml_standin as sim
 from tests.support.cli import infbench
+from tests.support.stores import new_store
 
 runner = CliRunner()
 
@@ -46,7 +46,7 @@ def test_json_and_store(fake: sim.FakeNvml, tmp_path: Path) -> None:
     assert 3 <= n <= 7  # 0.45 s at 0.1 s: about 5, on a busy 2-core host
     assert gpus[1]["sm_clock_mhz"]["max"] == 1350 and gpus[1]["clock_event_reasons"] == {"sw_thermal_slowdown": 1.0}
     assert gpus[2]["unavailable"]["ecc_corrected"] == "NOT_SUPPORTED"
-    con = open_store(db)
+    con = new_store(db)
     run = con.execute("SELECT endpoint, status FROM runs WHERE run_id = ?", [doc["run_id"]]).fetchone()
     assert run == ("gpu-probe", "completed")
     ts = [r[0] for r in con.execute("SELECT t_ns FROM gpu_samples WHERE run_id = ? AND gpu = 0 ORDER BY t_ns",

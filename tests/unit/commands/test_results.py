@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from infbench.cli import app
-from infbench.store import open_store
+from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
 runner = CliRunner()
@@ -16,7 +16,7 @@ runner = CliRunner()
 
 def test_export_then_import_reports_what_arrived(tmp_path: Path) -> None:
     src = tmp_path / "a.duckdb"
-    con = open_store(src)
+    con = new_store(src)
     run_id = write_timeline(con, requests=6, concurrency=3, tokens=11)
     con.close()
     out = tmp_path / "exp"

@@ -12,7 +12,7 @@ import pytest
 from infbench.config.capture import capture_source, detect
 from infbench.config.model import MASK, CaptureError
 from infbench.config.store import load_config, save_config
-from infbench.store import open_store
+from tests.support.stores import new_store
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "config_logs"
 
@@ -109,7 +109,7 @@ def test_trtllm_option_file() -> None:
 def test_secrets_are_masked_before_storing(tmp_path: Path) -> None:
     c = cap("vllm_secrets.log")
     assert c.values()["api_key"] == MASK and c.values()["hf_token"] == MASK
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     cid = save_config(con, c, label="s")
     dump = str(con.execute("SELECT * FROM config_values").fetchall())
     dump += str(con.execute("SELECT * FROM configs").fetchall())

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 from infbench.config.run_link import capture_for_run, link_run_config
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from tests.support.cli import infbench
+from tests.support.stores import new_store
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "config_logs"
 
@@ -34,7 +35,7 @@ def test_damaged_capture_exits_2_with_one_line_and_stores_nothing(tmp_path: Path
     r = infbench("config", "capture", str(FIX / "vllm_truncated.log"), "--db", str(db))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "line 10" in r.stderr
-    con = open_store(db)
+    con = new_store(db)
     assert con.execute("SELECT count(*) FROM configs").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM config_values").fetchone() == (0,)
     con.close()
@@ -49,7 +50,7 @@ def _run(con, run_id: str, config: dict) -> None:  # type: ignore[no-untyped-def
 
 def test_run_link_reference_engine_and_vllm_metrics(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
-    con = open_store(db)
+    con = new_store(db)
     _run(con, "r-ref", {"engine_config": {"max_num_seqs": {"value": 128, "default": False},
                                           "block_size": {"value": 16, "default": True},
                                           "api_key": {"value": "<redacted>", "default": False}}})
@@ -69,5 +70,5 @@ def test_run_link_reference_engine_and_vllm_metrics(tmp_path: Path) -> None:
     con.close()
     cid = link_run_config(db, "r-ref")
     assert cid is not None and link_run_config(db, "r-none") is None
-    con = open_store(db)
+    con = new_store(db)
     assert con.execute("SELECT run_id, engine FROM configs").fetchall() == [("r-ref", "reference")]

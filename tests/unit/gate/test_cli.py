@@ -11,9 +11,9 @@ import pytest
 from infbench.gate.report import change_text, gate_document, to_junit, to_markdown
 from infbench.gate.rules import load_rules
 from infbench.gate.verdict import run_gate
-from infbench.store import open_store
 from tests.support.cli import infbench
 from tests.support.gate_runs import Machine, make_workload, simulate
+from tests.support.stores import new_store
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -25,7 +25,7 @@ from tests.support.gate_runs import Machine, make_workload, simulate
 ])
 def test_usage_errors_are_one_line_with_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     db = tmp_path / "empty.duckdb"
-    open_store(db).close()  # a store with no runs
+    new_store(db).close()  # a store with no runs
     r = infbench("gate", "--db", str(db), *args) if args[0] != "noise" else \
         infbench("gate", "noise", *args[1:], "--db", str(db))
     assert r.returncode == 2, (r.stdout, r.stderr)

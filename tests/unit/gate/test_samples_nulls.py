@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from infbench.gate.samples import load_samples
-from infbench.store import BatchWriter, create_run, get_run, open_store
+from infbench.store import BatchWriter, create_run, get_run
+from tests.support.stores import new_store
 
 COLS = ("request_idx", "phase", "send_ns", "headers_ns", "first_chunk_ns", "first_content_ns",
         "last_content_ns", "last_chunk_ns", "end_ns", "status_code", "output_tokens",
@@ -21,7 +22,7 @@ COLS = ("request_idx", "phase", "send_ns", "headers_ns", "first_chunk_ns", "firs
 
 @pytest.mark.parametrize("silent", [[3], [0, 17, 18]])
 def test_a_request_without_text_has_no_ttft_not_zero(tmp_path: Path, silent: list[int]) -> None:
-    con = open_store(tmp_path / "g.duckdb")
+    con = new_store(tmp_path / "g.duckdb")
     create_run(con, run_id="a", config={}, target_url="u", model="m", endpoint="completions",
                t0_monotonic_ns=0)
     rng = np.random.default_rng(len(silent))

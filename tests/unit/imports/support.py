@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from infbench.imports import import_files
-from infbench.store import open_store
 from tests.support.cli import ROOT
+from tests.support.stores import new_store
 
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
 BAD = FIXTURES / "bad"
@@ -17,7 +17,7 @@ BAD = FIXTURES / "bad"
 def import_one(tmp_path: Path, tool: str, path: Path) -> tuple[Path, str, dict[str, Any]]:
     """Import `path` into a new store; return the store, the run id and its summary."""
     db = tmp_path / "s.duckdb"
-    con = open_store(db)
+    con = new_store(db)
     try:
         [stored] = import_files(con, tool, [path])
         row = con.execute("SELECT summary FROM runs WHERE run_id = ?", [stored.run_id]).fetchone()

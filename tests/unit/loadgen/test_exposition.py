@@ -18,8 +18,9 @@ from infbench.loadgen.run.runner import Runner, RunSettings
 from infbench.loadgen.telemetry.exposition import ITL_BUCKETS, TTFT_BUCKETS, parse_bind, spread_itl
 from infbench.loadgen.workloads import Synthetic, TokenModel
 from infbench.loadgen.workloads.lengths import LengthDist
-from infbench.store import BatchWriter, create_run, open_store
+from infbench.store import BatchWriter, create_run
 from tests.support.process import sse_server
+from tests.support.stores import new_store
 
 
 def _families(text: str) -> dict:
@@ -37,7 +38,7 @@ def _expected(values: np.ndarray, bounds: tuple[float, ...]) -> list[float]:
 
 def test_served_during_the_run_and_equal_to_the_store(tmp_path: Path) -> None:
     with sse_server("--ttft-ms", "4", "--itl-ms", "2", "--faults", "http500:5") as url:
-        con = open_store(tmp_path / "x.duckdb")
+        con = new_store(tmp_path / "x.duckdb")
         t0 = time.monotonic_ns()
         create_run(con, run_id="r", config={}, target_url=url, model="test-model", endpoint="completions",
                    t0_monotonic_ns=t0)

@@ -19,7 +19,8 @@ from infbench.loadgen.fingerprint import (
     store_fingerprint,
     workload_fingerprint,
 )
-from infbench.store import BatchWriter, create_run, open_store
+from infbench.store import BatchWriter, create_run
+from tests.support.stores import new_store
 
 R = IntendedRequest
 
@@ -62,7 +63,7 @@ def test_closed_loop_hashes_lengths_and_concurrency() -> None:
 def _store(tmp: Path, config: dict[str, Any], rows: list[dict[str, Any]], run_id: str = "r",
            name: str = "s") -> duckdb.DuckDBPyConnection:
     """A store `tmp/NAME.duckdb` with one run of these request rows (unset columns: defaults)."""
-    con = open_store(tmp / f"{name}.duckdb")
+    con = new_store(tmp / f"{name}.duckdb")
     create_run(con, run_id=run_id, config=config, target_url="u", model="m", endpoint="completions",
                t0_monotonic_ns=0)
     cols = ("request_idx", "label", "phase", "conversation_id", "turn", "intended_send_ns", "send_ns",

@@ -11,12 +11,13 @@ import pytest
 
 from infbench.loadgen.fingerprint import run_fingerprint
 from infbench.loadgen.input_lengths import MEAN_WARN, input_length_check
-from infbench.store import BatchWriter, create_run, open_store
+from infbench.store import BatchWriter, create_run
+from tests.support.stores import new_store
 
 
 def _store(tmp: Path, rows: list[dict[str, Any]], config: dict[str, Any] | None = None,
            name: str = "s") -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp / f"{name}.duckdb")
+    con = new_store(tmp / f"{name}.duckdb")
     create_run(con, run_id="r", config=config or {"token_model": {"source": "measured"}}, target_url="u",
                model="m", endpoint="chat", t0_monotonic_ns=0)
     cols = ("request_idx", "label", "phase", "conversation_id", "turn", "intended_send_ns", "send_ns",

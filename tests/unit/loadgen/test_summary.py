@@ -8,7 +8,8 @@ import duckdb
 import pytest
 
 from infbench.loadgen.summary import mark_cooldown, summarize
-from infbench.store import BatchWriter, create_run, open_store
+from infbench.store import BatchWriter, create_run
+from tests.support.stores import new_store
 
 MS = 1_000_000
 
@@ -16,7 +17,7 @@ MS = 1_000_000
 def _store(tmp_path: Path) -> duckdb.DuckDBPyConnection:
     """Two good requests (5 content chunks, 10 ms apart) and one http_500; intended send 2 ms early.
     Request b's last two chunks came in one read, stamped with its arrival (the last one's)."""
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="completions", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")
     req: dict[str, list] = {k: [] for k in ("request_idx", "label", "phase", "intended_send_ns", "send_ns",

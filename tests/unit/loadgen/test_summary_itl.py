@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import infbench.loadgen.summary as summary
-from infbench.store import BatchWriter, create_run, open_store
+from infbench.store import BatchWriter, create_run
+from tests.support.stores import new_store
 
 
 def _spread_and_raw(t: np.ndarray, read: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +32,7 @@ def test_itl_stats_match_exact_quantiles(tmp_path: Path, monkeypatch: pytest.Mon
                                          slice_chunks: int, seed: int, max_per_read: int) -> None:
     monkeypatch.setattr(summary, "ITL_SLICE_CHUNKS", slice_chunks)
     rng = np.random.default_rng(seed)
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="completions", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")
     spread_all, raw_all = [], []
@@ -76,7 +77,7 @@ def test_itl_stats_match_exact_quantiles(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_itl_stats_without_gaps_are_none(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="completions", t0_monotonic_ns=0)
     out = summary._itl_stats(con, "r")
     assert out["p99_itl_ms"] is None and out["mean_itl_ms"] is None and out["raw_median_itl_ms"] is None

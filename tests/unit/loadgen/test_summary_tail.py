@@ -8,7 +8,8 @@ import duckdb
 import pytest
 
 from infbench.loadgen import summary
-from infbench.store import BatchWriter, create_run, open_store
+from infbench.store import BatchWriter, create_run
+from tests.support.stores import new_store
 
 MS = 1_000_000
 
@@ -18,7 +19,7 @@ def _store(tmp_path: Path, tails_ms: list[float], itl_ms: float, per_read: int, 
     """One request per tail: tokens every `itl_ms` from `ttft_ms`, the finish event with the
     last one, usage and [DONE] `tail` ms later; the client read `per_read` tokens at a time
     (each read stamped with its last token's arrival, as kernel stamps are)."""
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="completions", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")
     req: dict[str, list] = {k: [] for k in (

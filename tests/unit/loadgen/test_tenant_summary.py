@@ -14,11 +14,12 @@ from rich.console import Console
 from infbench.loadgen.summary import summarize
 from infbench.loadgen.tenant_summary import by_group, group_sql
 from infbench.report.tenants_view import html_tables, terminal_tables
-from infbench.store import BatchWriter, ColumnBuffer, create_run, open_store
+from infbench.store import BatchWriter, ColumnBuffer, create_run
+from tests.support.stores import new_store
 
 
 def _store(tmp: Path, rows: list[tuple[str | None, str | None, float, int, str | None]]) -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp / "s.duckdb")
+    con = new_store(tmp / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="http://127.0.0.1:1", model="m",
                endpoint="completions", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")

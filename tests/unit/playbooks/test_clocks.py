@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infbench.store import open_store
 from playbooks.clocks import cross_node_clocks
+from tests.support.stores import new_store
 
 _INSERT = ("INSERT INTO run_workers (run_id, worker, backend, node, status, clock_shared, "
            "clock_uncertainty_ns) VALUES (?, ?, 'ray', ?, 'completed', ?, ?)")
 
 
 def test_only_nodes_with_their_own_clocks_get_a_note(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     ctx, note = cross_node_clocks(con, "one-process")
     assert note is None and ctx["workers"] == 0
     # One host: shared clock, however large the measured uncertainty.

@@ -18,10 +18,11 @@ from infbench.commands.diagnose import CUSTOM_VERBS
 from infbench.commands.diagnose import app as diagnose_app
 from infbench.commands.diagnose.generic import build_verb
 from infbench.commands.diagnose.show import _subject
-from infbench.store import get_run, open_store
+from infbench.store import get_run
 from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.registry import BY_NAME, PLAYBOOKS, ROW_KINDS, Needs, Playbook, cli_fields
 from playbooks.triage.inventory import _COUNTS
+from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
 ONE = {"requests": 40, "replicas": 1}
@@ -106,7 +107,7 @@ TOY = Playbook("toy", _ToyOptions, _toy, Needs("always", "never", rows=("request
 @pytest.fixture()
 def toy_cli(tmp_path: Path) -> tuple[typer.Typer, Path]:
     db = tmp_path / "toy.duckdb"
-    con = open_store(db)
+    con = new_store(db)
     write_timeline(con, requests=4, concurrency=2, tokens=6)
     con.close()
     app = typer.Typer(add_completion=False)

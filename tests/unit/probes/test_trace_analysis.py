@@ -10,15 +10,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from infbench.store import open_store
 from probes.traces import TraceError, import_trace
 from probes.traces.analysis import Timeline
+from tests.support.stores import new_store
 from tests.unit.probes.traces_support import KINETO, hta_expected, nsys_sqlite
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
-    con = open_store(tmp_path_factory.mktemp("traces") / "s.duckdb")
+    con = new_store(tmp_path_factory.mktemp("traces") / "s.duckdb")
     ids = {name: import_trace(con, path).trace_id for name, path in KINETO.items()}
     yield con, ids
     con.close()
@@ -153,7 +153,7 @@ def test_pandas_api_and_unknown_trace(store, tmp_path: Path) -> None:
 
 
 def test_nsys_trace_analyses_in_nanosecond_precision(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     t = import_trace(con, nsys_sqlite(tmp_path))
     with Timeline(con, t.trace_id) as tl:
         temporal = _rows(tl, "temporal")[0]

@@ -11,15 +11,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from infbench.store import open_store
 from probes.traces import TraceError, import_trace
+from tests.support.stores import new_store
 from tests.unit.probes.nsys_synth import make_new_schema
 from tests.unit.probes.traces_support import ALEXNET, NCCL2, SAMPLED, TWO_RANKS, nsys_sqlite
 
 
 @pytest.fixture
 def con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    c = open_store(tmp_path / "s.duckdb")
+    c = new_store(tmp_path / "s.duckdb")
     yield c
     c.close()
 

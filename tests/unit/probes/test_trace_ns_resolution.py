@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infbench.store import open_store
 from probes.traces import import_trace
 from probes.traces.analysis import Timeline
 from probes.traces.frame import TraceFrame
 from probes.traces.timeline_arrays import hta_doubles
+from tests.support.stores import new_store
 from tests.unit.probes.traces_support import FIXTURES
 
 TRACE = FIXTURES / "hta_ns_resolution_resnet_v100.json.gz"
@@ -37,7 +37,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, lis
     tf = TraceFrame.read(TRACE)
     tf.timeline.check_invariants()
     out = {"memory": {n: _rows(tf.query(n)) for n in names}}
-    con = open_store(tmp_path_factory.mktemp("ns") / "s.duckdb")
+    con = new_store(tmp_path_factory.mktemp("ns") / "s.duckdb")
     with Timeline(con, import_trace(con, TRACE).trace_id) as tl:
         out["store"] = {n: _rows(tl.query(n)) for n in names}
     con.close()

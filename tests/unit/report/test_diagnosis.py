@@ -9,14 +9,15 @@ import duckdb
 
 from infbench.report.diagnosis import diagnosis_section
 from infbench.report.html import build_html
-from infbench.store import create_run, finish_run, get_run, open_store
+from infbench.store import create_run, finish_run, get_run
 from infbench.store.findings import save_diagnosis
+from tests.support.stores import new_store
 
 SQL = "SELECT count(*) AS events FROM itl WHERE itl_ms > 50 AND run_id = 'r1'"
 
 
 def _store(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r1", config={}, target_url="u", model="m", endpoint="chat",
                t0_monotonic_ns=0)
     finish_run(con, "r1", status="completed", summary={"completed": 0})

@@ -8,16 +8,17 @@ import duckdb
 
 from infbench.report.gpu_charts import gpu_charts
 from infbench.report.html import build_html
-from infbench.store import create_run, finish_run, get_run, open_store
+from infbench.store import create_run, finish_run, get_run
 from probes.gpu import insert_gpu_samples
 from probes.gpu.nvml import NvmlSampler
 from tests.support import nvml_standin as sim
+from tests.support.stores import new_store
 
 S = 1_000_000_000
 
 
 def _store(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="chat", t0_monotonic_ns=0)
     finish_run(con, "r", status="completed", summary={"completed": 0})
     return con

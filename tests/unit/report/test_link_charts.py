@@ -8,15 +8,16 @@ from pathlib import Path
 import numpy as np
 
 from infbench.report.link_charts import links_page, probe_charts, run_link_charts
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from probes.links.nccl_tests import import_nccl_tests
 from probes.links.storage import save_probe
+from tests.support.stores import new_store
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl_tests"
 
 
 def test_imported_probe_plots_each_half_by_size(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     stored, _ = import_nccl_tests(con, FIX / "all_gather_bf16_nccl-1435.txt")
     (chart,) = probe_charts(con, stored.probe_id)
     names = [s.name for s in chart.series]
@@ -28,7 +29,7 @@ def test_imported_probe_plots_each_half_by_size(tmp_path: Path) -> None:
 
 
 def test_measured_probe_with_pairs_linked_to_a_run(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r1", config={}, target_url="", model="", endpoint="", t0_monotonic_ns=0)
     rows = [{"phase": "sweep", "op": "all_reduce", "bytes": b, "ranks": 4, "in_place": True, "repeat": rep,
              "time_us": t, "busbw_gbps": bw} for b, rep, t, bw in

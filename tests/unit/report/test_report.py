@@ -9,12 +9,13 @@ from pathlib import Path
 import duckdb
 
 from infbench.report.html import build_html
-from infbench.store import BatchWriter, create_run, finish_run, get_run, open_store
+from infbench.store import BatchWriter, create_run, finish_run, get_run
 from infbench.store.transfer import export_run
+from tests.support.stores import new_store
 
 
 def _two_runs(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     for rid in ("r1", "r2"):
         create_run(con, run_id=rid, config={"k": "<b>"}, target_url="u", model="m", endpoint="chat",
                    t0_monotonic_ns=0)
@@ -68,7 +69,7 @@ def test_reports_show_spread_and_raw_itl_and_the_tail(tmp_path: Path) -> None:
     from infbench.report.terminal import print_summary
 
     ms = 1_000_000
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="chat", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")
     sent = [20 * ms + 8 * ms * k for k in range(10)]

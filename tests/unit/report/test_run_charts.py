@@ -9,13 +9,14 @@ import duckdb
 import numpy as np
 
 from infbench.report.run_charts import run_charts
-from infbench.store import BatchWriter, create_run, finish_run, get_run, open_store
+from infbench.store import BatchWriter, create_run, finish_run, get_run
+from tests.support.stores import new_store
 
 S = 1_000_000_000
 
 
 def _run(tmp_path: Path, steps: int = 5000) -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="u", model="m", endpoint="chat", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")
     n = 4

@@ -11,8 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from infbench.store import BatchWriter, ColumnBuffer, create_run, open_store
+from infbench.store import BatchWriter, ColumnBuffer, create_run
 from playbooks.adapters import AdapterOptions, diagnose_adapters
+from tests.support.stores import new_store
 
 MS = 1_000_000
 
@@ -24,7 +25,7 @@ def _store(tmp: Path, adapters: list[str | None], ttft_ms: list[float],
     """Requests sent 20 ms apart (or at `sends_ms`), each 300 ms long after its first token;
     `steps`: (adapters in the batch, waiting for a slot, max_loras); `info`: (t_ms, labels)
     of lora_requests_info."""
-    con = open_store(tmp / "s.duckdb")
+    con = new_store(tmp / "s.duckdb")
     create_run(con, run_id="r", config={}, target_url="http://127.0.0.1:1", model="m",
                endpoint="completions", t0_monotonic_ns=0)
     w = BatchWriter(con, "r")

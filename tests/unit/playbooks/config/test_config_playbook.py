@@ -1,4 +1,4 @@
-"""The config playbook (playbooks/config/) on small stores written row by row: each check
+"""The config playbook (playbooks/config/) on small stores written from rows: each check
 fires where its setting bound the run and stays quiet where another limit did."""
 
 from __future__ import annotations
@@ -10,32 +10,33 @@ from typing import Any
 import duckdb
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from playbooks.config import diagnose_config
+from tests.support.stores import insert_rows, new_store
 
 
 def store(tmp_path: Path, values: dict[str, Any], *, workload: dict[str, Any] | None = None,
           steps: list[tuple[int, int]] = (), requests: list[tuple[int, int, str | None]] = (),
           concurrency: int = 8, linked: bool = True) -> duckdb.DuckDBPyConnection:
     """`steps`: (running, waiting) per engine step; `requests`: (prompt, max_tokens, error)."""
-    con = open_store(tmp_path / "c.duckdb")
+    con = new_store(tmp_path / "c.duckdb")
     create_run(con, run_id="r", config={"workload": workload or {"workload": "synthetic"},
                                         "arrivals": {"kind": "closed", "concurrency": concurrency}},
                target_url="http://127.0.0.1:1", model="m", endpoint="completions", t0_monotonic_ns=0)
     if linked:
         con.execute("INSERT INTO configs (config_id, created_at, engine, source_kind, run_id, digest) "
                     "VALUES ('c1', now(), 'vllm', 'live_endpoint', 'r', 'd')")
-        for k, v in values.items():
-            con.execute("INSERT INTO config_values (config_id, key, value, origin) VALUES ('c1', ?, ?, ?)",
-                        [k, json.dumps(v), "set"])
-    for i, (running, waiting) in enumerate(steps):
-        con.execute("INSERT INTO engine_steps (run_id, step_id, start_s, end_s, prefill_tokens, "
-                    "decode_seqs, num_running, num_waiting) VALUES ('r', ?, ?, ?, 0, ?, ?, ?)",
-                    [i, i * 0.01, i * 0.01 + 0.009, running, running, waiting])
-    for i, (prompt, max_tokens, error) in enumerate(requests):
-        con.execute("INSERT INTO requests (run_id, request_idx, phase, send_ns, prompt_tokens, "
-                    "max_tokens, error_class) VALUES ('r', ?, 'measure', ?, ?, ?, ?)",
-                    [i, i * 1000, prompt, max_tokens, error])
+        insert_rows(con, "config_values", [
+            {"config_id": "c1", "key": k, "value": json.dumps(v), "origin": "set"}
+            for k, v in values.items()])
+    insert_rows(con, "engine_steps", [
+        {"run_id": "r", "step_id": i, "start_s": i * 0.01, "end_s": i * 0.01 + 0.009,
+         "prefill_tokens": 0, "decode_seqs": running, "num_running": running, "num_waiting": waiting}
+        for i, (running, waiting) in enumerate(steps)])
+    insert_rows(con, "requests", [
+        {"run_id": "r", "request_idx": i, "phase": "measure", "send_ns": i * 1000,
+         "prompt_tokens": prompt, "max_tokens": max_tokens, "error_class": error}
+        for i, (prompt, max_tokens, error) in enumerate(requests)])
     return con
 
 

@@ -11,15 +11,16 @@ import pytest
 
 from infbench.config.capture import capture_text
 from infbench.config.store import save_config
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from playbooks.config import diagnose_config
+from tests.support.stores import new_store
 
 ROOT = Path(__file__).resolve().parents[3] / "fixtures"
 TUNING = ROOT / "tuning_logs"
 
 
 def linked(tmp_path: Path, base: str, tuning: str) -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp_path / "c.duckdb")
+    con = new_store(tmp_path / "c.duckdb")
     create_run(con, run_id="r", config={"workload": {"workload": "synthetic"},
                                         "arrivals": {"kind": "closed", "concurrency": 4}},
                target_url="http://127.0.0.1:1", model="m", endpoint="completions", t0_monotonic_ns=0)

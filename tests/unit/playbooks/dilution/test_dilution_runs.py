@@ -16,6 +16,7 @@ from infbench.store import create_run, finish_run, new_run_id, open_store
 from infbench.store.writer import insert_batch, to_arrow
 from playbooks.dilution import DilutionOptions, diagnose_dilution, plan_dilution
 from playbooks.dilution.plan import recipes
+from tests.support.stores import new_store
 
 
 def write_run(con, *, inputs: list[int], outputs: list[int], ttft_ms, model: str = "m-1",
@@ -53,7 +54,7 @@ def store(tmp_path: Path) -> Path:
 
 
 def _two(store: Path, **prod_kw) -> tuple[str, str]:
-    con = open_store(store)
+    con = new_store(store)
     try:
         rng = np.random.default_rng(5)
         n = 48
@@ -106,7 +107,7 @@ def test_a_budget_is_refused_before_anything_runs(store: Path) -> None:
 def test_matched_strata_give_a_length_only_difference_to_the_lengths(store: Path, shift_ms: float) -> None:
     """TTFT a function of the prompt's length only: production's longer prompts are the gap,
     and strata matched on length leave no interaction beyond noise."""
-    con = open_store(store)
+    con = new_store(store)
     try:
         lens_b = [200 + 100 * (i % 4) for i in range(80)]
         lens_p = [200 + 100 * (3 - (i % 4) // 2) for i in range(80)]  # the longer half, more often

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import open_store
 from playbooks.hang import diagnose_hang
 from probes.hang import capture_dumps, write_capture
 from tests.support.fr_dumps import write_dumps
@@ -21,6 +20,8 @@ pytest.importorskip("torch.distributed.flight_recorder.components.builder")
 from torch.distributed.flight_recorder.components.builder import build_db  # noqa: E402
 from torch.distributed.flight_recorder.components.config_manager import JobConfig  # noqa: E402
 from torch.distributed.flight_recorder.components.loader import read_dir  # noqa: E402
+
+from tests.support.stores import new_store
 
 ROOT = Path(__file__).resolve().parents[4]
 AR, BC = ("all_reduce", [8, 4096], "BFloat16"), ("broadcast", [1], "Long")
@@ -38,7 +39,7 @@ def theirs(folder: Path) -> list[tuple[int, set[int], dict[int, str]]]:
 
 
 def ours(folder: Path, tmp_path: Path):
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     cap = capture_dumps(folder)
     write_capture(con, cap)
     d = diagnose_hang(con, cap.capture_id)

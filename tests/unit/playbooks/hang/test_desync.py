@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import open_store
 from playbooks.hang.desync import find_mismatches_in_store
 from playbooks.hang.load import entries_at
 from playbooks.hang.matching import find_mismatches
@@ -18,6 +17,7 @@ from probes.hang.frdump import parse_dump
 from probes.hang.model import Capture, RankCapture
 from probes.hang.writer import write_capture
 from tests.support.fr_dumps import dump_bytes
+from tests.support.stores import new_store
 
 CALLS = [("broadcast", [1], "Long"), ("all_reduce", [4, 64], "BFloat16"),
          ("all_reduce", [4, 64], "BFloat16"), ("all_gather", [4, 64], "BFloat16")]
@@ -57,7 +57,7 @@ def test_store_search_equals_the_full_pass(tmp_path: Path, seed: int) -> None:
                                         first_seq=1 + starts[r]), f"rank_{r}")
         rc.dump_status = "ok"
         cap.ranks.append(rc)
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     write_capture(con, cap)
     members = {"0": list(range(world))}
     stored = find_mismatches_in_store(con, cap.capture_id, members)

@@ -11,13 +11,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from infbench.store import open_store
 from playbooks.hang import HangOptions, diagnose_hang
 from probes.hang import capture_dumps, write_capture
 from probes.hang.frdump import parse_dump
 from probes.hang.model import Capture, RankCapture
 from probes.hang.stacks import Frame, Stacks, Thread
 from tests.support.fr_dumps import dump_bytes
+from tests.support.stores import new_store
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "hang"
 NOW = 1_800_000_000_000_000_000
@@ -25,7 +25,7 @@ NOW = 1_800_000_000_000_000_000
 
 @pytest.fixture()
 def con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    c = open_store(tmp_path / "s.duckdb")
+    c = new_store(tmp_path / "s.duckdb")
     yield c
     c.close()
 

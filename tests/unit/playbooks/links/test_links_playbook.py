@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from playbooks.links import diagnose_links
+from tests.support.stores import new_store
 
 
 def _store(tmp_path: Path, verdicts: list[dict[str, Any] | None], inject: str | None = None):
-    con = open_store(tmp_path / "l.duckdb")
+    con = new_store(tmp_path / "l.duckdb")
     create_run(con, run_id="r", config={}, target_url="x", model="m", endpoint="completions",
                t0_monotonic_ns=0)
     for i, v in enumerate(verdicts):

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from infbench.store.writer import insert_batch, to_arrow
 from playbooks.memory import diagnose_memory
+from tests.support.stores import new_store
 
 MS = 1_000_000
 
@@ -45,7 +46,7 @@ def _run(con, prompt: int, output: int, n: int, blocks: int) -> None:  # noqa: A
 ])
 def test_what_filled_the_pool_and_the_cap(tmp_path: Path, prompt: int, output: int, n: int,
                                           blocks: int, filled_by: str, cap: int) -> None:
-    con = open_store(tmp_path / "x.duckdb")
+    con = new_store(tmp_path / "x.duckdb")
     try:
         _run(con, prompt, output, n, blocks)
         d = diagnose_memory(con, "x")

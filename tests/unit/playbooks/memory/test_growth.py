@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from infbench.store.writer import insert_batch, to_arrow
 from playbooks.memory import diagnose_memory
 from playbooks.memory.stats import ols
+from tests.support.stores import new_store
 
 MIB = 1 << 20
 
@@ -22,7 +23,7 @@ def _suspects(d) -> dict[str, str]:  # noqa: ANN001
 
 @pytest.fixture
 def store(tmp_path: Path):  # noqa: ANN201
-    con = open_store(tmp_path / "m.duckdb")
+    con = new_store(tmp_path / "m.duckdb")
     yield con
     con.close()
 

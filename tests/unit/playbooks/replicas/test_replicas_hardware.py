@@ -10,9 +10,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from infbench.store import open_store
 from infbench.store.gpu_samples import insert_gpu_samples
 from playbooks.replicas.hardware import ORDER, hardware_walk
+from tests.support.stores import new_store
 
 RUN = "r1"
 HEALTHY = {"sm_clock_mhz": 1980.0, "sm_clock_max_mhz": 1980.0, "mem_clock_mhz": 2619.0,
@@ -24,7 +24,7 @@ HEALTHY = {"sm_clock_mhz": 1980.0, "sm_clock_max_mhz": 1980.0, "mem_clock_mhz": 
 
 @pytest.fixture
 def con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
-    c = open_store(tmp_path / "s.duckdb")
+    c = new_store(tmp_path / "s.duckdb")
     yield c
     c.close()
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infbench.store import create_run, finish_run, open_store
+from infbench.store import create_run, finish_run
 from infbench.store.writer import insert_batch, to_arrow
 from playbooks.replicas import ReplicaOptions, diagnose_replicas
 from playbooks.replicas.plan import measurement_plan
+from tests.support.stores import new_store
 
 
 def _write(con, run_id: str, config: dict, replicas: list[str | None], fail: dict[str, float],
@@ -63,7 +64,7 @@ def _write(con, run_id: str, config: dict, replicas: list[str | None], fail: dic
 
 @pytest.mark.parametrize(("share", "named"), [(1.0, True), (0.5, True), (0.12, True), (0.03, False)])
 def test_a_replica_that_fails_is_named(tmp_path: Path, share: float, named: bool) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     fleet = {"fleet": {"replicas": [{"name": n} for n in ("a", "b", "c")]}}
     _write(con, "run", fleet, ["a", "b", "c"], {"b": share}, seed=int(share * 100))
     diag = diagnose_replicas(con, "run")
@@ -77,7 +78,7 @@ def test_a_replica_that_fails_is_named(tmp_path: Path, share: float, named: bool
 
 
 def test_one_url_run_gets_the_plan(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     config = {"workload": {"workload": "prefix", "prefix_groups": 4, "prefix_tokens": 512,
                            "suffix_tokens": "uniform:64:256", "output_tokens": "128"},
               "arrivals": {"kind": "closed", "concurrency": 10, "rate": 4.0},

@@ -10,20 +10,28 @@ import duckdb
 import numpy as np
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from playbooks.specdec import SpecdecOptions, diagnose_specdec
 from playbooks.specdec.speedup import bucket_of
+from tests.support import stores
 
 P = "vllm:spec_decode_"
 
 
 def new_store(tmp_path: Path, runs: tuple[str, ...] = ("r",)) -> duckdb.DuckDBPyConnection:
-    con = open_store(tmp_path / "s.duckdb")
+    con = stores.new_store(tmp_path / "s.duckdb")
     for run in runs:
         create_run(con, run_id=run, config={"workload": {"workload": "synthetic"}},
                    target_url="http://127.0.0.1:1", model="m", endpoint="completions",
                    t0_monotonic_ns=0)
     return con
+
+
+def samples(con: duckdb.DuckDBPyConnection, rows: list[tuple[str, int, str, float]]) -> None:
+    """(run_id, t_ns, name, value) rows of the engine's /metrics, unlabelled."""
+    stores.insert_rows(con, "metric_samples", [
+        {"run_id": run, "t_ns": t, "source": "metrics", "name": name, "labels": "", "value": float(v)}
+        for run, t, name, v in rows])
 
 
 class Drafter:
@@ -54,9 +62,9 @@ class Drafter:
                 (P + "num_accepted_tokens" + suffix, label, self.accepted)]
         rows += [(P + "num_accepted_tokens_per_pos" + suffix, f'{label},position="{i}"', n)
                  for i, n in enumerate(self.per_pos)]
-        con.executemany("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        [(run, int(t_s * 1e9), source, n, lab, float(v)) for n, lab, v in rows])
+        stores.insert_rows(con, "metric_samples", [
+            {"run_id": run, "t_ns": int(t_s * 1e9), "source": source, "name": n, "labels": lab,
+             "value": float(v)} for n, lab, v in rows])
 
 
 def acceptance(d) -> dict:
@@ -169,8 +177,7 @@ def load_series(con, run: str, tok_s, batches: list[int], dt: float = 0.25,
             n += 1
             if restart_after is not None and n == restart_after:
                 gen = 3.0
-    con.executemany("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
-                    "VALUES (?, ?, 'metrics', ?, '', ?)", rows)
+    samples(con, rows)
 
 
 @pytest.mark.parametrize("crossover", [24, 90])
@@ -217,11 +224,10 @@ def test_intervals_overlapping_a_prefill_are_left_out(tmp_path: Path) -> None:
                  ("r", int(t * 1e9), "vllm:generation_tokens_total", gen)]
         if t >= 2.0:
             gen += 40 * 30 * 0.25
-    con.executemany("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
-                    "VALUES (?, ?, 'metrics', ?, '', ?)", rows)
-    con.executemany("INSERT INTO requests (run_id, request_idx, phase, send_ns, first_content_ns) "
-                    "VALUES ('r', ?, 'measure', ?, ?)",
-                    [(i, int(0.01 * i * 1e9), int(2.0e9 + 0.001 * i * 1e9)) for i in range(40)])
+    samples(con, rows)
+    stores.insert_rows(con, "requests", [
+        {"run_id": "r", "request_idx": i, "phase": "measure", "send_ns": int(0.01 * i * 1e9),
+         "first_content_ns": int(2.0e9 + 0.001 * i * 1e9)} for i in range(40)])
     t = throughput_by_batch(con, "r", "metrics")
     assert t.buckets[32].tokens_per_s == pytest.approx(1200.0, rel=1e-6)
     assert t.prefill_intervals == 9
@@ -254,8 +260,8 @@ def test_vllms_created_series_and_engine_label_are_read_as_vllm_writes_them(tmp_
                      ("r", t, "metrics", f"{P}{name}_created", lab, 1.79e9)]
         rows += [("r", t, "metrics", f"{P}num_accepted_tokens_per_pos_total",
                   f'{lab},position="{p}"', float(n)) for p, n in enumerate(pos)]
-    con.executemany("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", rows)
+    stores.insert_rows(con, "metric_samples", [
+        dict(zip(("run_id", "t_ns", "source", "name", "labels", "value"), r, strict=True)) for r in rows])
     v = acceptance(diagnose_specdec(con, "r"))
     assert (v["drafts"], v["draft_tokens"], v["accepted_tokens"]) == (30, 60, 33)
     assert v["acceptance_rate"] == pytest.approx(0.55) and v["num_speculative_tokens"] == 2

@@ -9,14 +9,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from infbench.store import open_store
 from playbooks import Diagnosis, diagnose_stalls
 from playbooks.findings import Finding
+from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
 
 def _diag(tmp_path: Path, **kw: object) -> tuple[Diagnosis, duckdb.DuckDBPyConnection]:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     write_timeline(con, **kw)  # type: ignore[arg-type]
     return diagnose_stalls(con, "last"), con
 

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infbench.store import open_store
 from playbooks import Diagnosis, StallOptions, diagnose_stalls
 from playbooks.stalls.periodicity import fit_period
+from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
 
 def _diag(tmp_path: Path, **kw: object) -> Diagnosis:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     try:
         write_timeline(con, **kw)  # type: ignore[arg-type]
         return diagnose_stalls(con, "last")
@@ -80,7 +80,7 @@ def test_client_that_reads_late_is_not_a_stall(tmp_path: Path) -> None:
     # Every 40 steps the client stops reading for 150 ms, then reads what arrived (~25
     # tokens per request) at once: every stream shows a 150 ms gap at the same time, as an
     # engine pause would. Spread over the events of that read it is 6 ms per token.
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     try:
         write_timeline(con, requests=24, concurrency=8, tokens=150, client_hold_every=40,
                        client_hold_ms=150, steps=False)
@@ -136,7 +136,7 @@ def test_timer_stall_reported_in_seconds_and_steps_on_one_grid(tmp_path: Path, e
 def test_baseline_numbers_are_those_duckdb_gives_over_the_itl_view(tmp_path: Path) -> None:
     # The baseline is computed in numpy from the rows of GAPS_SQL (the itl view is
     # evaluated once); DuckDB's own aggregates over the same rows must give the same numbers.
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     try:
         write_timeline(con, requests=20, concurrency=5, tokens=90, stall_every=17, stall_ms=75,
                        client_hold_every=5, client_hold_ms=17, private={4: (30, 300.0)})
@@ -163,7 +163,7 @@ def test_a_gap_belongs_to_the_step_covering_it_not_the_next_long_one(
     longer step touching the first gap must not claim it too (it was counted twice)."""
     from playbooks.context import load_context
     from playbooks.stalls.events import baseline, find_events, load_gaps
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     try:
         write_timeline(con, requests=8, concurrency=4, tokens=200,
                        slow={at: first_ms, at + 1: second_ms})

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infbench.store import open_store
 from playbooks import Diagnosis, diagnose_stalls
 from playbooks.findings import Finding
 from playbooks.stalls.damage import poisson_rate_low, severity
 from playbooks.stalls.tail import Tail
+from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
 CONCURRENCY, TOKENS = 8, 300
@@ -62,7 +62,7 @@ def _pauses(seed: int, step_ms: float, span_s: float, period_s: float = 0.0, irr
 
 def _diagnose(tmp_path: Path, slow: dict[int, float], steps: int, step_ms: float,
               private: dict[int, tuple[int, float]] | None = None) -> Diagnosis:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     try:
         waves = -(-steps // TOKENS)
         write_timeline(con, requests=waves * CONCURRENCY, concurrency=CONCURRENCY, tokens=TOKENS,

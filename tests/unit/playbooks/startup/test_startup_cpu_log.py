@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import open_store
 from playbooks.startup import StartupOptions, diagnose_startup
 from probes.startup_log import import_startup_log
+from tests.support.stores import new_store
 from tests.unit.probes.startup_log.real_cpu_log import (
     KV_REWORDED,
     KV_TOKENS_LINE,
@@ -24,7 +24,7 @@ from tests.unit.probes.startup_log.real_cpu_log import (
 
 @pytest.fixture
 def con(tmp_path: Path):  # noqa: ANN201
-    c = open_store(tmp_path / "s.duckdb")
+    c = new_store(tmp_path / "s.duckdb")
     yield c
     c.close()
 

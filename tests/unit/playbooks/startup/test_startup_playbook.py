@@ -13,17 +13,17 @@ import pytest
 
 from infbench.specs import get_gpu, get_model
 from infbench.specs.memory import plan_memory
-from infbench.store import open_store
 from playbooks.startup import StartupOptions, diagnose_startup
 from probes.startup_log import import_startup_log
 from reference_engine import startup_log
+from tests.support.stores import new_store
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "startup_logs"
 
 
 @pytest.fixture
 def con(tmp_path: Path):  # noqa: ANN201
-    c = open_store(tmp_path / "s.duckdb")
+    c = new_store(tmp_path / "s.duckdb")
     yield c
     c.close()
 

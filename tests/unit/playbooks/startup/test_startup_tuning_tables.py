@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import open_store
 from playbooks.startup import StartupOptions, diagnose_startup
 from probes.startup_log import import_startup_log
+from tests.support.stores import new_store
 from tests.unit.probes.startup_log.real_cpu_log import REAL, WEIGHTS_LAST, cut, join, real_lines
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "tuning_logs"
@@ -21,7 +21,7 @@ SCOUT_H200 = FIXTURES / "vllm_0.8.3_h200_scout_moe_default.log"
 
 @pytest.fixture
 def con(tmp_path: Path):  # noqa: ANN201
-    c = open_store(tmp_path / "s.duckdb")
+    c = new_store(tmp_path / "s.duckdb")
     yield c
     c.close()
 

@@ -1,4 +1,4 @@
-"""The structured playbook (playbooks/structured/) on stores written row by row: a compile
+"""The structured playbook (playbooks/structured/) on stores written from rows: a compile
 stall named with its milliseconds, the mask's mode named from the step log, and nothing on a
 healthy run."""
 
@@ -12,8 +12,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from playbooks.structured import diagnose_structured
+from tests.support.stores import insert_rows, new_store
 
 MS = 1_000_000
 
@@ -22,20 +23,17 @@ def store(tmp_path: Path, requests: list[tuple[str, float, float]], *,
           schemas: list[dict[str, Any]] | None = None, steps: list[dict[str, Any]] = (),
           workload: str = "structured") -> duckdb.DuckDBPyConnection:
     """`requests`: (label, send ms, ttft ms); `steps`: engine_steps rows with grammar fields."""
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     wl: dict[str, Any] = {"workload": workload}
     if schemas is not None:
         wl["schemas"] = {"count": len(schemas), "schemas": schemas}
     create_run(con, run_id="r", config={"workload": wl}, target_url="http://127.0.0.1:1",
                model="m", endpoint="chat", t0_monotonic_ns=0)
-    for i, (label, send, ttft) in enumerate(requests):
-        con.execute("INSERT INTO requests (run_id, request_idx, label, phase, send_ns, "
-                    "first_content_ns) VALUES ('r', ?, ?, 'measure', ?, ?)",
-                    [i, label, int(send * MS), int((send + ttft) * MS)])
-    for i, row in enumerate(steps):
-        cols = ["run_id", "step_id", *row]
-        con.execute(f"INSERT INTO engine_steps ({', '.join(cols)}) VALUES "
-                    f"({', '.join('?' * len(cols))})", ["r", i, *row.values()])
+    insert_rows(con, "requests", [
+        {"run_id": "r", "request_idx": i, "label": label, "phase": "measure",
+         "send_ns": int(send * MS), "first_content_ns": int((send + ttft) * MS)}
+        for i, (label, send, ttft) in enumerate(requests)])
+    insert_rows(con, "engine_steps", [{"run_id": "r", "step_id": i, **row} for i, row in enumerate(steps)])
     return con
 
 
@@ -257,10 +255,10 @@ def test_in_a_fleet_each_replica_compiles_for_itself(tmp_path: Path) -> None:
                                               gap_ms=300.0):
             rows.append((label, send + offset, ttft, replica))
     con = store(tmp_path, [])
-    for i, (label, send, ttft, replica) in enumerate(sorted(rows, key=lambda r: r[1])):
-        con.execute("INSERT INTO requests (run_id, request_idx, label, phase, send_ns, "
-                    "first_content_ns, replica) VALUES ('r', ?, ?, 'measure', ?, ?, ?)",
-                    [i, label, int(send * MS), int((send + ttft) * MS), replica])
+    insert_rows(con, "requests", [
+        {"run_id": "r", "request_idx": i, "label": label, "phase": "measure",
+         "send_ns": int(send * MS), "first_content_ns": int((send + ttft) * MS), "replica": replica}
+        for i, (label, send, ttft, replica) in enumerate(sorted(rows, key=lambda r: r[1]))])
     d = diagnose_structured(con, "r")
     ev = next(e.values for e in finding(d, "grammar_compile_stall").evidence
               if e.name == "first_vs_later")

@@ -16,9 +16,10 @@ from infbench.specs.token_cost import (
     prefill_seconds,
     step_weight_seconds,
 )
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from playbooks.tenants import diagnose_tenants, tenant_table
 from playbooks.tenants.accounting import run_cost_model
+from tests.support.stores import insert_rows, new_store
 
 MODEL, GPU = "meta-llama/Llama-3.1-8B", "H100-SXM"
 CM = run_cost_model(MODEL, GPU)
@@ -66,15 +67,14 @@ def simulate(tenants: dict[str, tuple[float, int, int]], rate: float, n: int, po
 
 def store(tmp_path: Path, rows: list[tuple[str, int, int, int, int, int]]) -> duckdb.DuckDBPyConnection:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    con = open_store(tmp_path / "t.duckdb")
+    con = new_store(tmp_path / "t.duckdb")
     config = {"engine_config": {"model": {"value": MODEL}, "gpu": {"value": GPU}}}
     create_run(con, run_id="r", config=config, target_url="http://127.0.0.1:1", model=MODEL,
                endpoint="completions", t0_monotonic_ns=0)
-    con.executemany(
-        "INSERT INTO requests (run_id, request_idx, phase, tenant, send_ns, first_content_ns, "
-        "last_content_ns, end_ns, prompt_tokens, output_tokens) VALUES "
-        "('r', ?, 'measure', ?, ?, ?, ?, ?, ?, ?)",
-        [[i, t, s, f, last, last, p, o] for i, (t, p, o, s, f, last) in enumerate(rows)])
+    insert_rows(con, "requests", [
+        {"run_id": "r", "request_idx": i, "phase": "measure", "tenant": t, "send_ns": s,
+         "first_content_ns": f, "last_content_ns": last, "end_ns": last, "prompt_tokens": p,
+         "output_tokens": o} for i, (t, p, o, s, f, last) in enumerate(rows)])
     return con
 
 
@@ -118,7 +118,7 @@ def test_the_tenant_table_prices_tokens_and_keeps_its_sql(tmp_path: Path) -> Non
 
 
 def test_a_run_without_a_gpu_is_refused_with_one_line(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "g.duckdb")
+    con = new_store(tmp_path / "g.duckdb")
     create_run(con, run_id="r", config={}, target_url="http://127.0.0.1:1", model=MODEL,
                endpoint="completions", t0_monotonic_ns=0)
     with pytest.raises(ValueError, match="--gpu"):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import open_store
 from probes.gpu import (
     ExpositionError,
     insert_gpu_samples,
@@ -17,6 +16,7 @@ from probes.gpu import (
 )
 from probes.gpu.dcgm import blank_reason
 from probes.gpu.exposition import parse_exposition
+from tests.support.stores import new_store
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "gpu"
 MIB = 1 << 20
@@ -164,7 +164,7 @@ def test_escaped_label_values() -> None:
 
 
 def test_rows_round_trip_through_the_store(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     rows = samples_from_exposition(_text(mask=0x8), 123, instance="r1")
     assert insert_gpu_samples(con, "run-1", rows) == 2
     got = con.execute("SELECT gpu, clock_event_reasons, clock_event_names, mem_used_bytes, t_ns "

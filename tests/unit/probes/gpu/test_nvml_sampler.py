@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import open_store
 from probes.gpu import insert_gpu_samples
 from probes.gpu.nvml import NvmlSampler, NvmlUnavailable
 from tests.support import nvml_standin as sim
+from tests.support.stores import new_store
 
 GIB = 1 << 30
 
@@ -193,7 +193,7 @@ def test_rows_store_with_nulls(tmp_path: Path) -> None:
     fake = sim.FakeNvml([sim.consumer_board(), sim.thermal_throttle(1300)])
     with NvmlSampler(fake, instance="i") as s:
         rows = s.sample(5) + s.sample(6)
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     assert insert_gpu_samples(con, "r", rows) == 4
     got = con.execute("SELECT gpu, count(*), count(ecc_corrected), max(sm_clock_mhz), "
                       "max(clock_event_names) FROM gpu_samples GROUP BY gpu ORDER BY gpu").fetchall()

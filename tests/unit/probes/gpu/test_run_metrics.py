@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from infbench.store.writer import insert_batch, to_arrow
 from probes.gpu.run_metrics import gpu_samples_from_run, parse_labels
+from tests.support.stores import new_store
 
 LABELS = 'gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"'
 
@@ -21,7 +22,7 @@ def _metrics(con, run_id: str, rows: list[tuple]) -> None:
 
 
 def test_fleet_series_become_rows_per_replica_and_source(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     create_run(con, run_id="f", config={}, target_url="http://a:8000", model="m", endpoint="completions",
                t0_monotonic_ns=0)
     rows = []
@@ -46,7 +47,7 @@ def test_fleet_series_become_rows_per_replica_and_source(tmp_path: Path) -> None
 
 
 def test_one_target_uses_its_url_and_a_run_without_gpu_series_adds_nothing(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     for rid in ("one", "none"):
         create_run(con, run_id=rid, config={}, target_url="http://t:8000", model="m",
                    endpoint="completions", t0_monotonic_ns=0)

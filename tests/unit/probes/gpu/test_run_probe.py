@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from probes.gpu.run_probe import start_if_asked, store_after_run
 from tests.support import nvml_standin as sim
+from tests.support.stores import new_store
 
 
 def test_samples_on_the_run_axis(tmp_path: Path) -> None:
@@ -18,7 +19,7 @@ def test_samples_on_the_run_axis(tmp_path: Path) -> None:
     assert probe is not None and warnings == []
     time.sleep(0.1)
     t0 = time.monotonic_ns()  # the run starts after the probe, as in `infbench run`
-    con = open_store(db)
+    con = new_store(db)
     create_run(con, run_id="r1", config={}, target_url="u", model="m", endpoint="completions",
                t0_monotonic_ns=t0)
     con.close()
@@ -27,7 +28,7 @@ def test_samples_on_the_run_axis(tmp_path: Path) -> None:
     probe.stop()
     info = store_after_run(probe, db, "r1")
     assert info is not None and info["gpus"] == 2 and info["errors"] == []
-    con = open_store(db)
+    con = new_store(db)
     rows = con.execute("SELECT gpu, t_ns, instance, clock_event_names FROM gpu_samples "
                        "WHERE run_id = 'r1' ORDER BY gpu, t_ns").fetchall()
     assert len(rows) == info["samples"] >= 10

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from infbench.store import open_store
 from probes.links.errors import LinkProbeError
 from probes.links.nccl_tests import import_nccl_tests, parse_nccl_tests
+from tests.support.stores import new_store
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "nccl_tests"
 
@@ -140,7 +140,7 @@ def test_unknown_op_needs_op(tmp_path: Path) -> None:
 
 
 def test_import_stores_rows_and_a_garbled_file_stores_nothing(tmp_path: Path) -> None:
-    con = open_store(tmp_path / "s.duckdb")
+    con = new_store(tmp_path / "s.duckdb")
     stored, parsed = import_nccl_tests(con, FIX / "all_gather_bf16_nccl-1435.txt")
     rows = con.execute("SELECT count(*), min(ranks), max(busbw_gbps) FROM collectives WHERE probe_id = ?",
                        [stored.probe_id]).fetchone()

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from probes.prometheus.histogram import _increase, histogram_quantile, window_histogram
 from probes.prometheus.labels import format_labels, parse_labels
+from tests.support.stores import new_store
 
 INF = math.inf
 
@@ -45,7 +46,7 @@ def test_increase_handles_resets_and_windows() -> None:
 
 
 def _store(tmp_path: Path, rows: list[tuple[int, str, str, float]]):  # type: ignore[no-untyped-def]
-    con = open_store(tmp_path / "h.duckdb")
+    con = new_store(tmp_path / "h.duckdb")
     create_run(con, run_id="r", config={}, target_url="http://x", model="m", endpoint="completions",
                t0_monotonic_ns=0)
     con.executemany("INSERT INTO metric_samples (run_id, t_ns, source, name, labels, value) "

@@ -13,9 +13,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from infbench.store import create_run, finish_run, open_store
+from infbench.store import create_run, finish_run
 from probes.prometheus import PrometheusClient, pull_run
 from tests.support.http_stub import QuietHandler, serve
+from tests.support.stores import new_store
 
 T0_UNIX = 1_800_000_000.0  # the run's start on the Unix clock
 
@@ -61,7 +62,7 @@ def fake() -> Iterator[tuple[str, type[Fake]]]:
 
 @pytest.fixture
 def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    c = open_store(tmp_path / "p.duckdb")
+    c = new_store(tmp_path / "p.duckdb")
     create_run(c, run_id="r1", config={}, target_url="http://10.1.2.3:8000", model="m",
                endpoint="completions", t0_monotonic_ns=0)
     finish_run(c, "r1", status="completed", summary={"warnings": ["earlier warning"]})

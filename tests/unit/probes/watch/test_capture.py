@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from infbench.loadgen.telemetry.watch import Trigger
-from infbench.store import create_run, open_store
+from infbench.store import create_run
 from infbench.store.transfer import export_run, import_run
 from probes.watch.capture import IncidentCapturer, WatchTarget, public_url
 from probes.watch.store import store_watch
+from tests.support.stores import new_store
 
 METRICS = "".join(f"vllm:num_requests_running{{engine=\"{i}\"}} {i}\n" for i in range(4000))
 
@@ -158,7 +159,7 @@ def test_records_are_stored_with_the_run_and_travel_with_an_export(tmp_path: Pat
         recs = cap.close(timeout_s=30)
     finally:
         srv.shutdown()
-    con = open_store(tmp_path / "a.duckdb")
+    con = new_store(tmp_path / "a.duckdb")
     create_run(con, run_id="r1", config={}, target_url=url, model="m", endpoint="completions",
                t0_monotonic_ns=int(1e9))
     assert store_watch(con, "r1", int(1e9), recs) == 2
@@ -168,7 +169,7 @@ def test_records_are_stored_with_the_run_and_travel_with_an_export(tmp_path: Pat
     assert con.execute("SELECT count(*), sum(bytes) FROM watch_metrics").fetchone() == (2, 2 * len(METRICS))
     export_run(con, "r1", tmp_path / "out", "parquet")
     con.close()
-    fresh = open_store(tmp_path / "b.duckdb")
+    fresh = new_store(tmp_path / "b.duckdb")
     assert import_run(fresh, tmp_path / "out") == ["r1"]
     assert fresh.execute("SELECT count(*) FROM watch_triggers").fetchone() == (2,)
     assert fresh.execute("SELECT DISTINCT body FROM watch_metrics").fetchall() == [(METRICS,)]
