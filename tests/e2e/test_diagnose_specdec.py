@@ -158,9 +158,11 @@ def test_the_batch_size_where_speculation_stops_paying(tmp_path: Path) -> None:
         con.close()
     r = infbench("diagnose", "specdec", runs[0], "--baseline", runs[1], "--db", str(db), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
-    findings = json.loads(r.stdout)["findings"]
-    (f,) = [f for f in findings if f["verdict"] == "spec_costs_throughput"]
-    found = f["scope"]["batch_size_from"]
+    out = json.loads(r.stdout)
+    findings = out["findings"]
+    costs = [f for f in findings if f["verdict"] == "spec_costs_throughput"]
+    assert len(costs) == 1, ([(f["verdict"], f["summary"]) for f in findings], out["notes"], ratios)
+    found = costs[0]["scope"]["batch_size_from"]
     # the engine's own step log, stored with the run, gives the counters' acceptance
     acc = next(f for f in findings if f["verdict"] in ("spec_acceptance", "spec_low_acceptance"))
     counted = next(e["values"] for e in acc["evidence"] if e["name"] == "spec_decode_counters")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infbench.report.charts import Axis, Chart, Series, page_head, render
+from infbench.report.charts import Axis, Chart, Series, histogram, page_head, render
 from infbench.store import open_store
 from infbench.sweep.analysis import analyse
 from infbench.sweep.html import sweep_html
@@ -142,6 +142,25 @@ def test_tick_labels_read_as_numbers(tmp_path: Path) -> None:
     got = json.loads(html.unescape(re.search(r"<pre id=\"out\">(.*?)</pre>", dom, re.S).group(1)))
     assert got == [["0", "500", "1,000", "1,500"], ["0", "5k", "10k", "15k"], ["0", "0.25", "0.50"],
                    ["2M", "4M"], ["-1,500", "0", "1,500"], ["1,235", "15.3k", "0.000123", "7", "-"]]
+
+
+@pytest.mark.parametrize("at", [0.004, 0.03, 0.5, 0.97, 0.999])
+def test_mark_labels_stay_in_their_strip_wherever_the_mark_sits(tmp_path: Path, at: float) -> None:
+    # A p50 near the plot's left edge (an ITL histogram stretched by one 157 ms stall) once
+    # drew its label right-aligned, over the y axis's top tick label ("1,500"): the label's
+    # alignment was whatever uPlot's last axis left in the canvas context.
+    rng = np.random.default_rng(int(at * 1000))
+    # 1,439 in the tallest bin: the y axis tops out at its 1,500 tick, level with the strip.
+    values = np.concatenate([rng.normal(7.0, 0.1, 1439), rng.uniform(12.0, 150.0, 60), [160.0]])
+    lo, hi = float(values.min()), float(values.max())
+    v = lo + at * (hi - lo)
+    chart = histogram(values, "marks at the edges", Axis("ITL", "ms"), "tokens",
+                      marks={"p50": v, "p99": min(hi, v + 0.01 * (hi - lo))})
+    page = tmp_path / "marks.html"
+    page.write_text(f"<!doctype html><html><head>{page_head()}</head><body>{render([chart])}</body></html>")
+    for width in (1400, 900):
+        found = check_page(page, width)
+        assert found["overlaps"] == [] and found["over_data"] == [] and found["clipped"] == [], found
 
 
 def test_the_check_sees_overlapping_clipped_and_loaded(tmp_path: Path) -> None:

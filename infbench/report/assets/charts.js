@@ -151,6 +151,10 @@
       ctx.save();
       ctx.font = Math.round(12 * px) + "px sans-serif";
       ctx.textBaseline = "alphabetic";
+      // The placement below measures from the label's left end; the context keeps whatever
+      // alignment uPlot drew its last axis with (a left axis's "right" put a mark near the
+      // plot's left edge back over the y tick labels).
+      ctx.textAlign = "left";
       const placed = marks.map((m) => ({ m, x: u.valToPos(m.x, "x", true) }))
         .filter((p) => p.x >= b.left - 0.5 && p.x <= b.left + b.width + 0.5)
         .sort((p, q) => p.x - q.x);
