@@ -20,14 +20,13 @@ from typing import Any
 import numpy as np
 
 from probes.traces import timeline_numpy as tn
+from probes.traces.categories import CPU_OP_CATEGORIES
 from probes.traces.errors import TraceError
 from probes.traces.kineto_columns import RankEvents, read_rank
 from probes.traces.paths import rank_files
 from probes.traces.timeline_arrays import TimelineArrays, select
 
 ANALYSES = tuple(tn.ANALYSES)
-# The categories the store imports as CPU ops (probes/traces/kineto.py): what cpu_steps reads.
-_CPU_OP_CATS = ("cpu_op", "Operator", "python_function")
 
 
 class TraceFrame:
@@ -69,7 +68,7 @@ class TraceFrame:
             seen.add(r.rank)
         tl = select(ranks)
         if not len(tl):
-            if not any(np.isin(r.cat, _CPU_OP_CATS).any() for r in ranks):
+            if not any(np.isin(r.cat, CPU_OP_CATEGORIES).any() for r in ranks):
                 # Nothing cpu_steps could read either (the store's Timeline says the same).
                 raise TraceError(f"{path}: no GPU events or CPU ops to analyse")
             raise TraceError(f"{path}: no GPU events to analyse (a CPU-only profile: import it "

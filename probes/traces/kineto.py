@@ -19,7 +19,12 @@ from typing import Any
 
 import duckdb
 
-from probes.traces.categories import GPU_CATEGORIES
+from probes.traces.categories import (
+    ANNOTATION_CATEGORIES,
+    CPU_OP_CATEGORIES,
+    GPU_CATEGORIES,
+    sql_list,
+)
 from probes.traces.errors import TraceError
 from probes.traces.kineto_file import extract
 
@@ -94,14 +99,14 @@ _INSERTS = (
            CASE WHEN cat = 'python_function' THEN 'python_function' ELSE 'cpu_op' END, pid, tid,
            start_ns, start_ns + dur_ns, external_id, sequence_number
     FROM _kineto
-    WHERE {_COMPLETE} AND cat IN ('cpu_op', 'Operator', 'python_function')""",
+    WHERE {_COMPLETE} AND cat IN ({sql_list(CPU_OP_CATEGORIES)})""",
     f"""INSERT INTO trace_annotations (trace_id, rank, event_id, name, kind, pid, tid, stream,
         domain, start_ns, end_ns, external_id)
     SELECT $trace_id, $rank, event_id, name,
            CASE WHEN ph = 'X' THEN cat ELSE 'mark' END, pid, tid, stream, NULL,
            start_ns, CASE WHEN ph = 'X' THEN start_ns + dur_ns END, external_id
     FROM _kineto
-    WHERE start_ns IS NOT NULL AND (({_COMPLETE} AND cat IN ('user_annotation', 'gpu_user_annotation'))
+    WHERE start_ns IS NOT NULL AND (({_COMPLETE} AND cat IN ({sql_list(ANNOTATION_CATEGORIES)}))
        OR (ph IN ('i', 'I') AND cat = 'cpu_instant_event'))""",
 )
 
@@ -190,8 +195,7 @@ def insert(con: duckdb.DuckDBPyConnection, trace_id: str, rank_hint: int | None,
     groups = con.execute(
         f"""SELECT coalesce(cat, ph, '?'), count(*),
                    count(*) FILTER (NOT ({_COMPLETE} AND (coalesce(stream, -1) <> -1
-                  OR cat IN ('cpu_op', 'Operator', 'python_function', 'user_annotation',
-                             'gpu_user_annotation')
+                  OR cat IN ({sql_list(CPU_OP_CATEGORIES + ANNOTATION_CATEGORIES)})
                   OR lower(cat) LIKE '%runtime' OR lower(cat) LIKE '%driver'))
               AND NOT (ph IN ('i', 'I') AND cat = 'cpu_instant_event')),
                    min(start_ns) FILTER ({_COMPLETE}), max(start_ns + dur_ns) FILTER ({_COMPLETE}),

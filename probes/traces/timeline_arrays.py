@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from probes.traces.categories import GPU_CATEGORIES
+from probes.traces.categories import ANNOTATION_CATEGORIES, CPU_OP_CATEGORIES, GPU_CATEGORIES
 from probes.traces.kineto_columns import RankEvents
 
 _NOT_GPU = ("gpu_user_annotation", "Trace")
-_STEP_CATS = ("cpu_op", "Operator", "python_function", "user_annotation", "gpu_user_annotation")
+_STEP_CATS = CPU_OP_CATEGORIES + ANNOTATION_CATEGORIES
 KINDS = ("kernel", "memcpy", "memset", "sync", "other")
 KTYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER")
 _COMM = re.compile(r"^nccl.*Kernel")
