@@ -167,21 +167,23 @@ def test_every_example_the_help_prints_parses() -> None:
 
 
 class _LateSleeps:
-    """A module's `time` on a virtual clock: a sleep advances it at once, the first `late`
-    sleeps `by_s` further, as a process the host descheduled wakes late. Exact lateness on
-    any host, busy or not."""
+    """A module's `time` on a virtual clock: only sleeps advance it, at once, the first
+    `late` sleeps `by_s` further, as a process the host descheduled wakes late. Exact
+    lateness on any host, busy or not: the clock does not run while the host is away (a
+    clock that also ran with the real one made a step whose sampling outlasted its predicted
+    time on a loaded host sleep not at all, so it was never late)."""
 
     def __init__(self, by_s: float, late: int = 1) -> None:
-        self.by_s, self.late, self.offset = by_s, late, 0.0
+        self.by_s, self.late, self.now = by_s, late, time.monotonic()
 
     def monotonic(self) -> float:
-        return time.monotonic() + self.offset
+        return self.now
 
     def sleep(self, s: float) -> None:
         if self.late and s > 0:
             self.late -= 1
             s += self.by_s
-        self.offset += s
+        self.now += max(s, 1e-6)  # a yield (sleep(0)) takes a moment too
 
 
 def test_a_sim_step_the_host_ran_late_is_labelled_host_late(monkeypatch: pytest.MonkeyPatch) -> None:
