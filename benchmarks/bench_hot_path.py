@@ -14,6 +14,10 @@ by the content chunks the full run read beyond the start-up run's, is its CPU pe
 builds: the statistic is the per-round log ratio head / base, so a neighbour that slows a
 whole round slows both sides of it.
 
+`--itl-ms X` paces the mock (each stream's events X ms apart, as an engine's steps space
+them): reads then carry about one event each instead of whatever piled up. Each client's
+system CPU per chunk (the kernel's part) is given beside its total.
+
 With `--bench-serve` vLLM's own `vllm bench serve` (from the real-engine venv that
 `python -m tools.real_vllm.install` builds) reads the same mock in the same rounds, start-up
 subtracted the same way, so the ratio infbench / bench serve is on record beside new / old.
@@ -91,6 +95,9 @@ class Client:
     chunks_per_s: list[float] = field(default_factory=list)
     startup_cpu_s: list[float] = field(default_factory=list)
     load_cpu_s: list[float] = field(default_factory=list)
+    startup_sys_s: list[float] = field(default_factory=list)
+    load_sys_s: list[float] = field(default_factory=list)
+    sys_per_chunk_us: list[float] = field(default_factory=list)  # the kernel's part of cpu_per_chunk_us
 
 
 def baseline_rev() -> str:
@@ -148,8 +155,8 @@ def bench_serve_client(url: str) -> Client:
     return Client("vllm bench serve", argv, dict(os.environ), "--num-prompts")
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[float, float]:
-    """(wall s, CPU s of the process and every child it reaped)."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[float, float, float]:
+    """(wall s, CPU s of the process and every child it reaped, the system part of that CPU)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
@@ -157,15 +164,18 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tu
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-800:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    sys_s = after.ru_stime - before.ru_stime
+    return wall, (after.ru_utime - before.ru_utime) + sys_s, sys_s
 
 
 def one_round(c: Client, args: argparse.Namespace, cwd: Path) -> None:
     argv = [a.format(tokens=args.tokens, streams=args.streams) for a in c.argv]
-    _, startup = timed([*argv, c.count_flag, "1"], c.env, cwd, 300)
-    wall, cpu = timed([*argv, c.count_flag, str(args.requests)], c.env, cwd, 600)
+    _, startup, startup_sys = timed([*argv, c.count_flag, "1"], c.env, cwd, 300)
+    wall, cpu, load_sys = timed([*argv, c.count_flag, str(args.requests)], c.env, cwd, 600)
     c.startup_cpu_s.append(startup)
     c.load_cpu_s.append(cpu)
+    c.startup_sys_s.append(startup_sys)
+    c.load_sys_s.append(load_sys)
     c.chunks_per_s.append(args.requests * args.tokens / wall)
     # Start-up is the same code every round, so each round subtracts the median of the
     # build's start-up runs so far rather than its own: one slow start-up would otherwise
@@ -173,6 +183,8 @@ def one_round(c: Client, args: argparse.Namespace, cwd: Path) -> None:
     chunks = (args.requests - 1) * args.tokens
     fixed = median(c.startup_cpu_s)
     c.cpu_per_chunk_us[:] = [(x - fixed) / chunks * 1e6 for x in c.load_cpu_s]
+    fixed_sys = median(c.startup_sys_s)
+    c.sys_per_chunk_us[:] = [(x - fixed_sys) / chunks * 1e6 for x in c.load_sys_s]
 
 
 def median(xs: list[float]) -> float:
@@ -211,6 +223,8 @@ def table(clients: list[Client]) -> list[str]:
     lines.append("| median | " + " | ".join(
         f"**{median(c.cpu_per_chunk_us):.2f}** ({median(c.chunks_per_s):,.0f}); start-up CPU {median(c.startup_cpu_s):.2f} s"
         for c in clients) + " |")
+    lines.append("| kernel (system CPU) µs/chunk, median | " + " | ".join(
+        f"{median(c.sys_per_chunk_us):.2f}" for c in clients) + " |")
     return lines
 
 
@@ -223,6 +237,8 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=3072)
     p.add_argument("--streams", type=int, default=64)
     p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--itl-ms", type=float, default=0.0,
+                   help="pace the mock: each stream's events this far apart (0: as fast as the socket takes them)")
     p.add_argument("--limit", type=float, default=0.05, help="--gate: largest tolerated CPU-per-chunk increase")
     p.add_argument("--bench-serve", action="store_true", help="add vLLM's bench serve (the real-engine venv)")
     p.add_argument("--inject-us", type=float, default=0.0, help="busy CPU per content chunk added to the head build")
@@ -233,7 +249,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="infbench-hot-path-") as tmp:
         work = Path(tmp)
         base_tree, head_tree = materialize(base_rev, work), materialize(args.head, work)
-        with sse_server() as url:
+        pace = ("--ttft-ms", "5", "--itl-ms", f"{args.itl_ms:g}") if args.itl_ms > 0 else ()
+        with sse_server(*pace) as url:
             base = infbench_client("base", base_tree, url, work, args)
             head = infbench_client("head", head_tree, url, work, args, args.inject_us)
             clients = [head, base]
@@ -254,10 +271,12 @@ def main() -> int:
                     break
     head_name = args.head if args.head != "." else "working tree at " + subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    mock = (f"events {args.itl_ms:g} ms apart per stream (5 ms to the first), one event per write" if args.itl_ms > 0
+            else "zero delay, one event per write")
     lines = [f"# Hot path: head ({head_name}) vs base ({base_rev[:12]}), client CPU per streamed chunk", "",
              f"Command: `python benchmarks/bench_hot_path.py {' '.join(sys.argv[1:])}` · {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC  ",
              f"Machine: {describe()}  ",
-             f"Mock: zero delay, one event per write; {args.streams} streams, {args.requests} requests x {args.tokens} tokens per run; "
+             f"Mock: {mock}; {args.streams} streams, {args.requests} requests x {args.tokens} tokens per run; "
              f"each build's median start-up CPU (one-request runs of the same client) subtracted.", "", *table(clients), "",
              f"head / base CPU per chunk: {est[0] + 1:.3f} (95% interval {est[1] + 1:.3f} .. {est[2] + 1:.3f}), "
              f"limit +{args.limit:.0%}: **{outcome}** ({reason})."]
