@@ -67,11 +67,16 @@ def _content_flags(piece: bytes, arr: np.ndarray, starts: np.ndarray, ends: np.n
         ev = piece[starts[i] : ends[i]]
         for key in _CONTENT_KEYS:
             k = ev.find(key)
-            j = k + len(key)
-            if k < 0 or ev[j : j + 1] != b'"' or ev[j + 1 : j + 2] == b'"':
+            if k < 0:
                 continue
-            # key, its value's opening quote and first character, at the same offset in each event
-            pat = np.frombuffer(key + b'"', dtype=np.uint8)
+            j = k + len(key)
+            while ev[j : j + 1] == b" ":  # `"text": "..."` (Python's json.dumps) as well as `"text":"..."`
+                j += 1
+            if ev[j : j + 1] != b'"' or ev[j + 1 : j + 2] == b'"' or j + 2 - k > len(_OFFSETS):
+                continue
+            # key, the spaces after it, its value's opening quote and first character, at the same
+            # offset in each event
+            pat = np.frombuffer(ev[k : j + 1], dtype=np.uint8)
             pos = np.minimum(starts + k, len(arr) - len(pat) - 1)
             win = arr[pos[:, None] + _OFFSETS[: len(pat) + 1]]
             flags = (win[:, :-1] == pat).all(axis=1) & (win[:, -1] != 34) & (starts + j + 1 < ends)
