@@ -41,3 +41,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = Path(str(item.fspath))
         if any(d in path.parents for d in _SLOW_DIRS) or item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _store_templates_in_pytest_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from tests.support import stores
+    stores.TEMPLATE_DIR = tmp_path_factory.getbasetemp()

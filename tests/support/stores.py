@@ -27,14 +27,23 @@ import pyarrow as pa
 from infbench.store import open_store
 
 _template: dict[int, Path] = {}  # pid -> a migrated empty store (a forked child makes its own)
+# Where templates go: pytest's base temp dir (tests/conftest.py sets it), which pytest itself
+# prunes, so a worker killed before its exit handlers ran leaves nothing behind for long.
+TEMPLATE_DIR: Path | None = None
 
 
 def _template_path() -> Path:
     pid = os.getpid()
     if pid not in _template:
-        path = Path(tempfile.mkdtemp(prefix="infbench-store-template-")) / "empty.duckdb"
+        if TEMPLATE_DIR is not None:
+            where = TEMPLATE_DIR / f"store-template-{pid}"
+            where.mkdir(parents=True, exist_ok=True)
+        else:  # outside pytest
+            where = Path(tempfile.mkdtemp(prefix="infbench-store-template-"))
+        path = where / "empty.duckdb"
+        path.unlink(missing_ok=True)
         open_store(path).close()
-        atexit.register(shutil.rmtree, path.parent, True)
+        atexit.register(shutil.rmtree, where, True)
         _template[pid] = path
     return _template[pid]
 
