@@ -6,7 +6,7 @@ The parser runs after each request, once per stream (`infbench.loadgen.run.strea
 the array parser on the common shape). Bodies: `--tokens` completion events, a finish event
 and `[DONE]`, one event per stamped read, written either as vLLM writes JSON (`{"text":" a"}`)
 or as Python's `json.dumps` does (`{"text": " a"}`). Each round times both bodies in a fresh
-process per build (this working tree and `--base`, a `git archive` of that revision),
+process per build (this working tree and `--base`, that revision's tree as bench_hot_path.py makes it),
 alternating the order; the table gives the median per build and body.
 Results go to benchmarks/results/stream_parse.md (or `--out`).
 """
@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_hot_path import materialize
 from machine_info import describe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,11 +64,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "stream_parse.md")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="infbench-parse-") as tmp:
-        base = Path(tmp)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.base, "infbench"], capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
-        builds = {"this tree": ROOT, f"base {args.base}": base}
+        builds = {"this tree": ROOT, f"base {args.base}": materialize(args.base, Path(tmp))}
         times: dict[tuple[str, bool], list[float]] = {(b, c): [] for b in builds for c in (True, False)}
         for r in range(args.rounds):
             order = list(builds.items()) if r % 2 == 0 else list(builds.items())[::-1]

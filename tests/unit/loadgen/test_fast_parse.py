@@ -12,29 +12,26 @@ from infbench.loadgen.http.client import RawResponse, arrival_times, retime
 from infbench.loadgen.sse.parser import FastParser, ParsedStream, parse_reads
 
 
-def _event_of(obj: object, compact: bool = False) -> bytes:
+def _event(obj: object, compact: bool = False) -> bytes:
     # compact: `{"text":"a"}` as vLLM and most servers write it; else Python's `{"text": "a"}`
     return b"data: " + json.dumps(obj, separators=(",", ":") if compact else None).encode() + b"\n\n"
-
-
-_event = _event_of
 
 
 def _stream(rng: np.random.Generator, n_tokens: int, done: bool = True, compact: bool = False) -> bytes:
     """A completions stream; its tail varies: a finish event or none, usage or none, usage in
     every event (vLLM's continuous usage stats) or in one event with empty choices."""
-    _event = functools.partial(_event_of, compact=compact)
+    ev = functools.partial(_event, compact=compact)
     every_usage = rng.random() < 0.2
     usage = {"prompt_tokens": 3, "completion_tokens": n_tokens}
-    parts = [_event({"id": "cmpl-7", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
+    parts = [ev({"id": "cmpl-7", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
     for _ in range(n_tokens):
         text = "" if rng.random() < 0.1 else str(rng.choice([" a", " \"q\"", " text:", "é"]))
-        parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": text, "finish_reason": None}],
+        parts.append(ev({"id": "cmpl-7", "choices": [{"index": 0, "text": text, "finish_reason": None}],
                              **({"usage": usage} if every_usage else {})}))
     if rng.random() < 0.8:
-        parts.append(_event({"id": "cmpl-7", "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+        parts.append(ev({"id": "cmpl-7", "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
     if rng.random() < 0.8:
-        parts.append(_event({"id": "cmpl-7", "choices": [], "usage": usage}))
+        parts.append(ev({"id": "cmpl-7", "choices": [], "usage": usage}))
     if done:
         parts.append(b"data: [DONE]\n\n")
     return b"".join(parts)

@@ -170,8 +170,8 @@ class _LateSleeps:
     """A module's `time` on a virtual clock: only sleeps advance it, at once, the first
     `late` sleeps `by_s` further, as a process the host descheduled wakes late. Exact
     lateness on any host, busy or not: the clock does not run while the host is away (a
-    clock that also ran with the real one made a step whose sampling outlasted its predicted
-    time on a loaded host sleep not at all, so it was never late)."""
+    clock that also ran with the real one let a step descheduled between its start and its
+    first sleep on a loaded host sleep not at all, so it was never late)."""
 
     def __init__(self, by_s: float, late: int = 1) -> None:
         self.by_s, self.late, self.now = by_s, late, time.monotonic()
