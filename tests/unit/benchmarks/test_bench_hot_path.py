@@ -102,3 +102,60 @@ def test_the_stored_baseline_is_the_named_revisions_package(hot_path: ModuleType
     blob = subprocess.run(["git", "-C", str(BENCH.parent), "show", f"{rev}:infbench/loadgen/runner.py"],
                           capture_output=True, check=True).stdout
     assert (tree / "infbench/loadgen/runner.py").read_bytes() == blob
+
+
+def _gate_series(hot_path: ModuleType, monkeypatch: pytest.MonkeyPatch, head_cost: list[float],
+                 base_cost: list[float]) -> tuple[tuple[str, str, tuple[float, float, float]], int]:
+    """The gate's series as `main` runs them, each round's figures taken from the lists in
+    order instead of from runs: (the combined verdict, rounds used)."""
+    import argparse
+
+    head = hot_path.Client("head", [], {}, "")
+    base = hot_path.Client("base", [], {}, "")
+    costs = {"head": iter(head_cost), "base": iter(base_cost)}
+    monkeypatch.setattr(hot_path, "one_round",
+                        lambda c, args, work: c.cpu_per_chunk_us.append(next(costs[c.name])))
+    monkeypatch.setattr(hot_path, "LOAD", [])
+    args = argparse.Namespace(gate=True, rounds=6, max_rounds=10, limit=0.05)
+    series = [hot_path.run_series([head, base], head, base, args, Path("."), 0)]
+    if series[0][0] == "fail":
+        series.append(hot_path.run_series([head, base], head, base, args, Path("."),
+                                          len(head.cpu_per_chunk_us)))
+    return hot_path.combined(series), len(head.cpu_per_chunk_us)
+
+
+@pytest.mark.parametrize("seed,cost,episode", [
+    (8, 14.0, (1.3, 1.5, 1.4, 1.3, 1.1, 1.15)),     # like round R21's first rounds
+    (9, 9.0, (1.3, 1.25, 1.5, 1.2, 1.1, 1.15)),
+    (10, 20.0, (1.25, 1.4, 1.2, 1.3, 1.15, 1.1))])
+def test_a_contention_episode_in_one_series_is_not_a_regression(
+        hot_path: ModuleType, monkeypatch: pytest.MonkeyPatch, seed: int, cost: float,
+        episode: tuple[float, ...]) -> None:
+    """Round R21's false failure: an unchanged client read 1.2-1.7x for its first rounds (a
+    contention pattern that favoured the base for minutes), then ~1.0. That series fails; the
+    fresh series that confirms it does not, so the gate does not fail."""
+    rng = np.random.default_rng(seed)
+    head1, base1 = rounds(rng, 6, cost, 1.0, 0.03, 0.3)
+    head1 = [h * e for h, e in zip(head1, episode, strict=True)]
+    head2, base2 = rounds(rng, 10, cost, 1.0, 0.03, 0.3)
+    assert hot_path.verdict(head1, base1, 0.05)[0] == "fail"  # alone, a false failure
+    (outcome, reason, _), used = _gate_series(hot_path, monkeypatch, head1 + head2, base1 + base2)
+    assert outcome != "fail", reason
+    assert used > 6 and "fresh" in reason
+
+
+@pytest.mark.parametrize("seed,cost,noise,drift", [(11, 14.0, 0.02, 0.3), (12, 9.5, 0.03, 0.5)])
+def test_a_real_ten_percent_fails_its_confirmation_too(
+        hot_path: ModuleType, monkeypatch: pytest.MonkeyPatch, seed: int, cost: float,
+        noise: float, drift: float) -> None:
+    rng = np.random.default_rng(seed)
+    head, base = rounds(rng, 20, cost, 1.10, noise, drift)
+    (outcome, reason, (ratio, low, _)), used = _gate_series(hot_path, monkeypatch, head, base)
+    assert outcome == "fail" and "confirmed" in reason, reason
+    assert low > 0.05 and 6 < used <= 20
+
+
+def test_an_unchanged_build_needs_one_series(hot_path: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    head, base = rounds(np.random.default_rng(13), 20, 14.0, 1.0, 0.02, 0.4)
+    (outcome, reason, _), used = _gate_series(hot_path, monkeypatch, head, base)
+    assert outcome == "pass" and used == 6, reason
