@@ -270,20 +270,16 @@ def _fundamental(t: np.ndarray, best: PeriodFit, floor: float) -> PeriodFit:
     return out
 
 
-def fit_period(times: np.ndarray, quantum: float = 0.0, min_spread: float = 0.0) -> PeriodFit | None:
+def fit_period(times: np.ndarray, quantum: float = 0.0) -> PeriodFit | None:
     """Fit a period to event times (any unit; `quantum` = 1 for integer clocks such as
-    steps). `min_spread`: the spread (standard deviation) below which the times cannot place
-    an event, e.g. a stall seen from the client starts at the last token before it, up to
-    one step early; a fit may not claim less, or it keeps the few events that happened to
-    fall within a millisecond and calls the rest unrelated. None when there are too few
-    events or no candidate period."""
+    steps). None when there are too few events or no candidate period."""
     x = np.asarray(times, dtype=float)
     ok = np.flatnonzero(np.isfinite(x))
     order = ok[np.argsort(x[ok], kind="stable")]
     t = x[order]
     if len(t) < MIN_EVENTS or t[-1] <= t[0]:
         return None
-    floor = max(_resolution(t, quantum), min_spread)
+    floor = _resolution(t, quantum)
     best: PeriodFit | None = None
     for c in _candidates(t, floor):
         f = _fit_candidate(t, c, floor)
