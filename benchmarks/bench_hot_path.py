@@ -220,16 +220,20 @@ def verdict(head: list[float], base: list[float], limit: float) -> tuple[str, st
     return outcome, reason, est
 
 
+Series = tuple[str, str, tuple[float, float, float], int]
+
+
 def run_series(clients: list[Client], head: Client, base: Client, args: argparse.Namespace,
-               work: Path, start: int) -> tuple[str, str, tuple[float, float, float], int]:
+               work: Path, start: int, load: list[float]) -> Series:
     """Rounds from round `start` on until the gate decides (or `--rounds` without `--gate`):
-    (outcome, reason, interval, first round of the series)."""
+    (outcome, reason, interval, first round of the series). Appends each round's 1-minute
+    load average to `load`."""
     rounds = 0
     while True:
         order = clients if (start + rounds) % 2 == 0 else clients[::-1]
         for c in order:
             one_round(c, args, work)
-        LOAD.append(os.getloadavg()[0])
+        load.append(os.getloadavg()[0])
         rounds += 1
         print(f"round {start + rounds}: " + ", ".join(f"{c.name} {c.cpu_per_chunk_us[-1]:.2f} µs/chunk"
                                                       for c in clients), file=sys.stderr)
@@ -240,8 +244,16 @@ def run_series(clients: list[Client], head: Client, base: Client, args: argparse
             return outcome, reason, est, start
 
 
-def combined(series: list[tuple[str, str, tuple[float, float, float], int]]
-             ) -> tuple[str, str, tuple[float, float, float]]:
+def gate_series(clients: list[Client], head: Client, base: Client, args: argparse.Namespace,
+                work: Path, load: list[float]) -> list[Series]:
+    """One series; with `--gate`, a failed one is confirmed on a fresh series (see `combined`)."""
+    series = [run_series(clients, head, base, args, work, 0, load)]
+    if args.gate and series[0][0] == "fail":
+        series.append(run_series(clients, head, base, args, work, len(head.cpu_per_chunk_us), load))
+    return series
+
+
+def combined(series: list[Series]) -> tuple[str, str, tuple[float, float, float]]:
     """One series' verdict, or, after a failed series and its confirmation, fail only when
     both failed; otherwise the two disagree, which noise can do and a regression would not:
     inconclusive, with the confirmation's interval."""
@@ -253,18 +265,14 @@ def combined(series: list[tuple[str, str, tuple[float, float, float], int]]
     return "inconclusive", f"a first series failed ({why_first}) and a fresh one did not: {second}, {why}", est
 
 
-# The 1-minute load average after each round (all series), for the table.
-LOAD: list[float] = []
-
-
-def table(clients: list[Client], starts: list[int]) -> list[str]:
+def table(clients: list[Client], starts: list[int], load: list[float]) -> list[str]:
     head = ("| round | " + " | ".join(f"{c.name}: CPU µs/chunk (chunks/s)" for c in clients)
             + " | load (1 min) |")
     lines = [head, "| ---: |" + " ---: |" * (len(clients) + 1)]
     for i in range(len(clients[0].cpu_per_chunk_us)):
         cells = [f"{c.cpu_per_chunk_us[i]:.2f} ({c.chunks_per_s[i]:,.0f})" for c in clients]
         label = f"{i + 1}" if len(starts) == 1 else f"{sum(x <= i for x in starts)}.{i + 1}"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {LOAD[i]:.2f} |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {load[i]:.2f} |")
     lines.append("| median | " + " | ".join(
         f"**{median(c.cpu_per_chunk_us):.2f}** ({median(c.chunks_per_s):,.0f}); start-up CPU {median(c.startup_cpu_s):.2f} s"
         for c in clients) + " | |")
@@ -301,13 +309,8 @@ def main() -> int:
             clients = [head, base]
             if args.bench_serve:
                 clients.append(bench_serve_client(url))
-            series = [run_series(clients, head, base, args, work, 0)]
-            if args.gate and series[0][0] == "fail":
-                # Confirm on a fresh series before failing: rounds taken minutes apart on a
-                # shared host are not exchangeable (a contention pattern that lasts several
-                # rounds favours one side of each), and one series' t interval then claims
-                # more than it knows. A real regression fails both.
-                series.append(run_series(clients, head, base, args, work, len(head.cpu_per_chunk_us)))
+            load: list[float] = []
+            series = gate_series(clients, head, base, args, work, load)
     outcome, reason, est = combined(series)
     head_name = args.head if args.head != "." else "working tree at " + subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -319,7 +322,7 @@ def main() -> int:
              f"Mock: {mock}; {args.streams} streams, {args.requests} requests x {args.tokens} tokens per run; "
              f"each build's median start-up CPU (one-request runs of the same client) subtracted."
              + (" Two series (rounds labelled series.round): the first failed, the second was run to confirm it."
-                if len(series) > 1 else ""), "", *table(clients, [x[3] for x in series]), "",
+                if len(series) > 1 else ""), "", *table(clients, [x[3] for x in series], load), "",
              f"head / base CPU per chunk: {est[0] + 1:.3f} (95% interval {est[1] + 1:.3f} .. {est[2] + 1:.3f}), "
              f"limit +{args.limit:.0%}: **{outcome}** ({reason})."]
     if args.bench_serve:

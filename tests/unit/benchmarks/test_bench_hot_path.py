@@ -106,7 +106,7 @@ def test_the_stored_baseline_is_the_named_revisions_package(hot_path: ModuleType
 
 def _gate_series(hot_path: ModuleType, monkeypatch: pytest.MonkeyPatch, head_cost: list[float],
                  base_cost: list[float]) -> tuple[tuple[str, str, tuple[float, float, float]], int]:
-    """The gate's series as `main` runs them, each round's figures taken from the lists in
+    """The gate's series as `main` runs them (`gate_series`), each round's figures taken from the lists in
     order instead of from runs: (the combined verdict, rounds used)."""
     import argparse
 
@@ -115,12 +115,8 @@ def _gate_series(hot_path: ModuleType, monkeypatch: pytest.MonkeyPatch, head_cos
     costs = {"head": iter(head_cost), "base": iter(base_cost)}
     monkeypatch.setattr(hot_path, "one_round",
                         lambda c, args, work: c.cpu_per_chunk_us.append(next(costs[c.name])))
-    monkeypatch.setattr(hot_path, "LOAD", [])
     args = argparse.Namespace(gate=True, rounds=6, max_rounds=10, limit=0.05)
-    series = [hot_path.run_series([head, base], head, base, args, Path("."), 0)]
-    if series[0][0] == "fail":
-        series.append(hot_path.run_series([head, base], head, base, args, Path("."),
-                                          len(head.cpu_per_chunk_us)))
+    series = hot_path.gate_series([head, base], head, base, args, Path("."), [])
     return hot_path.combined(series), len(head.cpu_per_chunk_us)
 
 
