@@ -9,13 +9,14 @@ import hashlib
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from infbench.store import open_store
 from tests.support.cli import infbench
+from tests.support.http_stub import StubServer
 
 pytestmark = pytest.mark.e2e
 
@@ -138,7 +139,7 @@ class _Html(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv = StubServer(("127.0.0.1", 0), handler)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     try:

@@ -10,12 +10,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import infbench
+from tests.support.http_stub import StubServer
 from tests.support.process import sse_server
 from tests.support.prometheus import free_port
 from tests.support.store_rows import store_rows
@@ -66,7 +67,7 @@ class _FakePrometheus(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_prometheus(request: pytest.FixtureRequest) -> Iterator[str]:
     handler = type("H", (_FakePrometheus,), {"mode": request.param, "seen_auth": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv = StubServer(("127.0.0.1", 0), handler)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     try:

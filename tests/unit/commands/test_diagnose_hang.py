@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from infbench.cli import app
 from infbench.store import open_store
 from infbench.store.findings import load_diagnoses
+from tests.support.http_stub import StubServer
 from tests.support.stores import new_store
 from tests.support.synthetic_runs import write_timeline
 
@@ -159,13 +160,14 @@ def test_a_server_without_debug_ranks_is_told_to_use_pids(tmp_path: Path) -> Non
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    srv = StubServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         r = _hang("--url", f"http://127.0.0.1:{srv.server_address[1]}", "--db",
                   str(tmp_path / "s.duckdb"))
     finally:
         srv.shutdown()
+        srv.server_close()
     assert r.exit_code == 2
     (line,) = _lines(r.output)
     assert "/debug/ranks: HTTP 404" in line and "--pids with --dumps" in line

@@ -7,12 +7,13 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from infbench.config.endpoint import capture_url
 from infbench.config.model import CaptureError
+from tests.support.http_stub import StubServer
 
 VLLM_METRICS = (
     "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
@@ -35,13 +36,14 @@ def serve(routes: dict[str, tuple[int, str]]) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = StubServer(("127.0.0.1", 0), Handler)
     t = threading.Thread(target=httpd.serve_forever, daemon=True)
     t.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
         httpd.shutdown()
+        httpd.server_close()
 
 
 def test_a_vllm_server_is_captured_from_models_version_and_metrics() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from infbench.store import create_run
 from infbench.store.transfer import export_run, import_run
 from probes.watch.capture import IncidentCapturer, WatchTarget, public_url
 from probes.watch.store import store_watch
+from tests.support.http_stub import StubServer
 from tests.support.stores import new_store
 
 METRICS = "".join(f"vllm:num_requests_running{{engine=\"{i}\"}} {i}\n" for i in range(4000))
@@ -35,7 +36,7 @@ def sleeper() -> Iterator[int]:
         proc.wait()
 
 
-def serve(ranks_pid: int | None) -> tuple[ThreadingHTTPServer, str]:
+def serve(ranks_pid: int | None) -> tuple[StubServer, str]:
     class H(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path == "/metrics":
@@ -55,7 +56,7 @@ def serve(ranks_pid: int | None) -> tuple[ThreadingHTTPServer, str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv = StubServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, f"http://127.0.0.1:{srv.server_address[1]}"
 
@@ -77,6 +78,7 @@ def test_a_trigger_captures_metrics_and_the_stacks_the_engine_lists(sleeper: int
         (rec,) = cap.close(timeout_s=60)
     finally:
         srv.shutdown()
+        srv.server_close()
     assert rec.kind == "engine_stopped" and rec.failed == []
     assert [c["what"] for c in rec.captured] == ["stacks", "/metrics"]
     assert rec.metrics[0].status == "ok" and rec.metrics[0].body == METRICS
@@ -94,6 +96,7 @@ def test_without_debug_ranks_the_given_pids_are_read(sleeper: int) -> None:
         (rec,) = cap.close(timeout_s=60)
     finally:
         srv.shutdown()
+        srv.server_close()
     assert rec.stacks is not None and rec.stacks.source == "pids"
     assert rec.stacks.ranks[0].stacks.status == "ok"
 
@@ -106,6 +109,7 @@ def test_without_debug_ranks_or_pids_the_stacks_fail_with_what_to_give() -> None
         (rec,) = cap.close(timeout_s=30)
     finally:
         srv.shutdown()
+        srv.server_close()
     (why,) = [f["why"] for f in rec.failed if f["what"] == "stacks"]
     assert "HTTP 404" in why and "--engine-pid" in why
     assert [c["what"] for c in rec.captured] == ["/metrics"]
@@ -127,6 +131,7 @@ def test_captures_are_bounded_in_count_and_spacing(budget: int, spacing_s: float
         recs = cap.close(timeout_s=30)
     finally:
         srv.shutdown()
+        srv.server_close()
     assert [bool(r.metrics) for r in recs] == taken
     for r, ok in zip(recs, taken, strict=True):
         if not ok:
@@ -143,6 +148,7 @@ def test_a_long_page_is_cut_at_the_cap_and_credentials_never_kept() -> None:
         (rec,) = cap.close(timeout_s=30)
     finally:
         srv.shutdown()
+        srv.server_close()
     page = rec.metrics[0]
     assert page.truncated and page.bytes == 1000 and len(page.body or "") == 1000
     assert "hunter2" not in page.url and page.url == url + "/metrics"
@@ -159,6 +165,7 @@ def test_records_are_stored_with_the_run_and_travel_with_an_export(tmp_path: Pat
         recs = cap.close(timeout_s=30)
     finally:
         srv.shutdown()
+        srv.server_close()
     con = new_store(tmp_path / "a.duckdb")
     create_run(con, run_id="r1", config={}, target_url=url, model="m", endpoint="completions",
                t0_monotonic_ns=int(1e9))
@@ -196,6 +203,7 @@ def test_a_running_gpu_probe_adds_a_sample_and_its_failure_is_kept() -> None:
         (rec2,) = bad.close(timeout_s=30)
     finally:
         srv.shutdown()
+        srv.server_close()
     gpu = next(c for c in rec.captured if c["what"] == "gpu sample")
     assert gpu["gpus"] == 1 and gpu["rows"][0]["t_ns"] == seen[0]
     assert rec2.failed == [{"what": "gpu sample", "why": "RuntimeError: NVML_ERROR_GPU_IS_LOST"}]
