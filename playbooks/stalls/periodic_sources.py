@@ -121,14 +121,17 @@ def _score(fit: PeriodFit | None, floor: float = 0.0, optimistic: bool = False) 
     return fit.strength * float(np.exp(-excess / JITTER_SCALE))
 
 
-def common_grid(clocks: dict[str, tuple[np.ndarray, float]], floors: dict[str, float] | None = None
+def common_grid(clocks: dict[str, tuple[np.ndarray, float]], floors: dict[str, float] | None = None,
+                observed: dict[str, float] | None = None
                 ) -> tuple[str | None, dict[str, PeriodFit | None]]:
     """Fit each clock (name -> (event times, quantum), same events in the same order; NaN
     where a clock does not know an event), take the best-scoring fit's grid and refit the
     other clocks on it. Returns the grid's clock (None when no clock is significantly
     periodic: each clock keeps its own fit then) and the fits. `floors`: each clock's
-    resolution (see `resolution`), 0 where unknown."""
-    own = {name: fit_period(x, q) for name, (x, q) in clocks.items()}
+    resolution (see `resolution`), 0 where unknown. `observed`: the scale of the error a
+    clock's event times were read with (see `fit_period`), 0 where exact."""
+    obs = observed or {}
+    own = {name: fit_period(x, q, obs.get(name, 0.0)) for name, (x, q) in clocks.items()}
     fl = floors or {}
     best = max(own, key=lambda name: (_score(own[name], fl.get(name, 0.0)),
                                       _llr(own[name])))
@@ -143,10 +146,13 @@ def common_grid(clocks: dict[str, tuple[np.ndarray, float]], floors: dict[str, f
 
 def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarray,
                  step_ids: np.ndarray | None, tokens: np.ndarray,
-                 tokens_per_step: float = 1.0) -> Periodicity:
+                 tokens_per_step: float = 1.0, client_gaps_s: np.ndarray | None = None) -> Periodicity:
     """`times_s`, `step_ids` (-1 where unknown) and `tokens`: one entry per event.
     `tokens_per_step`: how many tokens one step delivers (the streams running), used where
-    the step log does not say."""
+    the step log does not say. `client_gaps_s`: the run's ordinary inter-token gaps, where
+    the event times are the client's (no step log): a stall then shows from the last token
+    before it, which came up to one step earlier, so the seconds clock's times carry an
+    error of those gaps' `resolution` (the fit's displaced share; also the clock's floor)."""
     # The tokens clock moves a whole step's tokens at a time: events at step boundaries sit
     # on multiples of the batch whatever their cause, so a "period" of one step's tokens
     # fits any set of events exactly. The batch is that clock's quantum, as 1 is the steps'.
@@ -173,7 +179,10 @@ def rank_sources(con: duckdb.DuckDBPyConnection, run_id: str, times_s: np.ndarra
             new = first_seen(batch.astype(np.int64))
             pos = np.clip(np.searchsorted(all_ids, known), 0, max(len(all_ids) - 1, 0))
             new_shape_share = float(np.mean(new[pos])) if len(all_ids) else 0.0
-    grid_clock, fits = common_grid(clocks, floors)
+    observed: dict[str, float] = {}
+    if step_ids is None and client_gaps_s is not None and len(client_gaps_s):
+        observed["seconds"] = floors["seconds"] = resolution(client_gaps_s)
+    grid_clock, fits = common_grid(clocks, floors, observed)
     sec, stp, tok = fits["seconds"], fits.get("steps"), fits["output tokens"]
     def scores(fit: PeriodFit | None, clock: str) -> tuple[float, float]:
         return _score(fit, floors[clock]), _score(fit, floors[clock], optimistic=True)

@@ -7,7 +7,11 @@ log-likelihood ratio (LLR) of this mixture against "every event uniform" (Poisso
 
     LLR = sum_i log(share * period * N(e_i; 0, s) + 1 - share)
 
-where `e_i` is event i's offset from the nearest grid point. `period * N(...)` is the
+where `e_i` is event i's offset from the nearest grid point. When the times were read with
+an error (`observed`: a stall seen only from the client starts at the last token before it,
+up to a step early), the on-grid density is a tight core plus a displaced share spread by 1
+to 5 times that error: with one spread, the fit either kept the few pauses that fell
+within a millisecond and called the rest unrelated, or widened and lost significance. `period * N(...)` is the
 density on the wrapped phase circle relative to a uniform phase, so a divisor period/k of
 the true period, which fits the same events with the same absolute offsets, scores log k
 less for every event: the k - 1 grid points per true interval that it predicts and that
@@ -26,9 +30,9 @@ counted too (`_fundamental`): a few pauses phase-locked at the divisor's extra p
 not outweigh the empty half of its grid.
 
 Significance. On random (Poisson) trains of 4 to 300 events the best LLR this search finds
-has a median near 10 nats; the highest was 21.8 over the 10,320 trains of
-benchmarks/bench_diagnose_stalls.py (results/diagnose_stalls.md) and 23.1 over ~8,000 in an
-earlier calibration. `SIGNIFICANT_LLR` leaves e^5 of margin above that. A real period
+has a median near 10 nats (12-14 with the displaced share); the highest was 23.1 over the
+10,320 trains of benchmarks/bench_diagnose_stalls.py (results/diagnose_stalls.md, which also
+has the client-timed column). `SIGNIFICANT_LLR` leaves e^5 of margin above that. A real period
 reaches it with ~8 events at 1% jitter, ~20 at 5%; the same benchmark recovers the period
 of 600 of 600 generated trains within 5%.
 """
@@ -49,6 +53,8 @@ _REFINE = 0.025           # grid search +-2.5% around a candidate (one bin eithe
 _REFINE_EVENTS = 400      # events used in that search (spread evenly over the train)
 _BINS = 40                # phase bins per period in the densest-window search
 _EM_ITERATIONS = 12
+_WIDE_MAX = 5.0           # displaced events spread at most 5x the observation's scale...
+_WIDE_SHARE_MIN = 0.02    # ...and are at least 2% of the on-grid events (keeps EM off the edge)
 _SQRT_2PI = float(np.sqrt(2 * np.pi))
 
 
@@ -166,61 +172,103 @@ def _densest_window(t: np.ndarray, c: float) -> tuple[float, float, float]:
     return p, t[0] + (b + 0.5) / _BINS * p, float(window[r, b]) / len(x)
 
 
+@dataclass(frozen=True)
+class _Spreads:
+    floor: float      # least spread a fit may claim (`_resolution`)
+    observed: float   # scale of how the times were read (0: exactly; see `fit_period`)
+
+
+@dataclass
+class _Mix:
+    """Where a grid sits and how its events spread: a tight core (`s`) and, when the times
+    were read with an observation error, a share `v` of the on-grid events displaced by it
+    (`sw`, between 1x and _WIDE_MAX x the observed scale)."""
+    p: float
+    phase: float
+    share: float
+    s: float
+    v: float = 0.0
+    sw: float = 1.0
+
+    def density(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(core, displaced, total) densities relative to a uniform phase."""
+        core = self.share * (1 - self.v) * self.p * np.exp(-0.5 * (e / self.s) ** 2) / (self.s * _SQRT_2PI)
+        wide = (self.share * self.v * self.p * np.exp(-0.5 * (e / self.sw) ** 2) / (self.sw * _SQRT_2PI)
+                if self.v > 0 else np.zeros_like(e))
+        return core, wide, core + wide + (1.0 - self.share)
+
+
 def _density(e: np.ndarray, share: float, period: float, s: float) -> tuple[np.ndarray, np.ndarray]:
-    on = share * period * np.exp(-0.5 * (e / s) ** 2) / (s * _SQRT_2PI)
-    return on, on + (1.0 - share)
+    core, _, dens = _Mix(period, 0.0, share, s).density(e)
+    return core, dens
 
 
-def _em(t: np.ndarray, c: float, p: float, phase: float, share: float, s: float,
-        floor: float) -> PeriodFit:
-    """EM on (share, spread, phase, period) from a start; `c` bounds how far the period may
-    move (0.5c..2c)."""
+def _em(t: np.ndarray, c: float, m: _Mix, sp: _Spreads) -> PeriodFit:
+    """EM on (share, spread, phase, period, and the displaced share and spread when the
+    times were observed with an error) from a start; `c` bounds how far the period may move
+    (0.5c..2c)."""
     for _ in range(_EM_ITERATIONS):
-        k = np.round((t - phase) / p)
-        on, dens = _density(t - phase - k * p, share, p, s)
-        r = on / dens
-        share = float(np.clip(r.mean(), 1e-6, 1 - 1e-6))
+        k = np.round((t - m.phase) / m.p)
+        core, wide, dens = m.density(t - m.phase - k * m.p)
+        rc, rw = core / dens, wide / dens
+        r = rc + rw
+        m.share = min(max(float(r.mean()), 1e-6), 1 - 1e-6)
         w = float(r.sum())
         if w < 2:
             break
-        # Weighted least squares of t = phase + k * period over the responsibilities.
-        km, tm = float((r * k).sum() / w), float((r * t).sum() / w)
-        var = float((r * (k - km) ** 2).sum())
+        # Weighted least squares of t = phase + k * period, each event weighted by its
+        # responsibility over its component's variance.
+        q = rc / m.s ** 2 + rw / m.sw ** 2
+        qs = float(q.sum())
+        km, tm = float((q * k).sum() / qs), float((q * t).sum() / qs)
+        var = float((q * (k - km) ** 2).sum())
         if var <= 0:
             break
-        p_new = float((r * (k - km) * (t - tm)).sum() / var)
+        p_new = float((q * (k - km) * (t - tm)).sum() / var)
         if not 0.5 * c < p_new < 2 * c:
             break
-        p, phase = p_new, tm - km * p_new
-        e = t - phase - k * p
+        m.p, m.phase = p_new, tm - km * p_new
+        e2 = (t - m.phase - k * m.p) ** 2
         # Two parameters (phase, period) came from the same events: divide by w - 2.
-        s = min(max(float(np.sqrt((r * e * e).sum() / max(w - 2, 1.0))), floor), p / 4)
-    k = np.round((t - phase) / p)
-    e = t - phase - k * p
-    on, dens = _density(e, share, p, s)
-    hit = on / dens > 0.5
+        wc = float(rc.sum())
+        m.s = min(max(float(np.sqrt((rc * e2).sum() / max(wc - 2 * wc / w, 1.0))), sp.floor), m.p / 4)
+        if sp.observed > 0:
+            ww = float(rw.sum())
+            m.v = min(max(ww / w, _WIDE_SHARE_MIN), 1 - _WIDE_SHARE_MIN)
+            m.sw = min(max(float(np.sqrt((rw * e2).sum() / max(ww, 1e-9))), sp.observed, m.s),
+                       _WIDE_MAX * sp.observed, m.p / 4)
+    k = np.round((t - m.phase) / m.p)
+    e = t - m.phase - k * m.p
+    core, wide, dens = m.density(e)
+    hit = (core + wide) / dens > 0.5
     ks = np.unique(k[hit])
     missed = int(ks[-1] - ks[0] + 1 - len(ks)) if len(ks) else 0
-    jitter = float(np.std(e[hit]) / p) if hit.sum() > 1 else float("nan")
+    jitter = float(np.std(e[hit]) / m.p) if hit.sum() > 1 else float("nan")
     first = float(ks[0]) if len(ks) else 0.0  # grid numbered from the first hit
-    return PeriodFit(period=p, phase=phase + first * p, share=share, jitter=jitter,
+    return PeriodFit(period=m.p, phase=m.phase + first * m.p, share=m.share, jitter=jitter,
                      llr=float(np.log(dens).sum()), events=len(t), hits=int(len(ks)),
                      missed=missed, extra=int(len(t) - len(ks)),
                      grid=np.where(hit, k - first, -1).astype(np.int64))
 
 
+def _start(p: float, phase: float, share: float, s: float, sp: _Spreads) -> _Mix:
+    if sp.observed <= 0:
+        return _Mix(p, phase, share, max(s, sp.floor))
+    return _Mix(p, phase, share, max(s, sp.floor), 0.5, min(2 * sp.observed, p / 4))
+
+
 def _fit_from(t: np.ndarray, c: float, p: float, phase: float, share: float, s: float,
-              floor: float) -> PeriodFit:
-    wide = _em(t, c, p, phase, share, max(s, floor), floor)
+              sp: _Spreads) -> PeriodFit:
+    wide = _em(t, c, _start(p, phase, share, s, sp), sp)
     # A wide start can settle on a spread that takes in neighbours (unrelated events, or
     # integer clocks off by one step) and a period pulled by them; restart narrow from
     # there and keep the likelier fit.
-    narrow = _em(t, c, wide.period, wide.phase, wide.share,
-                 max(wide.jitter * wide.period / 4 if np.isfinite(wide.jitter) else 0.0, floor), floor)
+    narrow = _em(t, c, _start(wide.period, wide.phase, wide.share,
+                              wide.jitter * wide.period / 4 if np.isfinite(wide.jitter) else 0.0, sp), sp)
     return narrow if narrow.llr > wide.llr else wide
 
 
-def _fit_candidate(t: np.ndarray, c: float, floor: float) -> PeriodFit:
+def _fit_candidate(t: np.ndarray, c: float, sp: _Spreads) -> PeriodFit:
     """The likelier of two placements of the grid near `c`: the mean phase vector's peak
     (`_refine`, exact when the periodic events dominate) and the densest window
     (`_densest_window`, robust when unrelated events outnumber them)."""
@@ -229,9 +277,9 @@ def _fit_candidate(t: np.ndarray, c: float, floor: float) -> PeriodFit:
     hist = np.bincount(np.minimum((np.mod(t - t[0], p) / p * 20).astype(int), 19),
                        minlength=20).astype(float)
     phase = t[0] + (int(np.argmax(hist + np.roll(hist, 1) + np.roll(hist, -1))) + 0.5) / 20 * p
-    mean_vector = _fit_from(t, c, p, phase, 0.5, 0.05 * p, floor)
+    mean_vector = _fit_from(t, c, p, phase, 0.5, 0.05 * p, sp)
     p, phase, share = _densest_window(t, c)
-    window = _fit_from(t, c, p, phase, min(max(share, 0.05), 0.95), p / _BINS, floor)
+    window = _fit_from(t, c, p, phase, min(max(share, 0.05), 0.95), p / _BINS, sp)
     return window if window.llr > mean_vector.llr else mean_vector
 
 
@@ -245,7 +293,7 @@ def _coverage_loglik(fit: PeriodFit) -> float:
     return float(h * np.log(c) + m * np.log(1 - c))
 
 
-def _fundamental(t: np.ndarray, best: PeriodFit, floor: float) -> PeriodFit:
+def _fundamental(t: np.ndarray, best: PeriodFit, sp: _Spreads) -> PeriodFit:
     """The winner, or a multiple of it that explains the train better once the grid points
     without an event count too.
 
@@ -261,7 +309,7 @@ def _fundamental(t: np.ndarray, best: PeriodFit, floor: float) -> PeriodFit:
     for k in range(2, _DIVISIONS + 1):
         if (t[-1] - t[0]) / (k * best.period) < MIN_EVENTS - 1:
             break
-        f = _fit_candidate(t, k * best.period, floor)
+        f = _fit_candidate(t, k * best.period, sp)
         if not f.significant or abs(f.period / (k * best.period) - 1) > _REFINE:
             continue
         s = f.llr + _coverage_loglik(f)
@@ -270,24 +318,29 @@ def _fundamental(t: np.ndarray, best: PeriodFit, floor: float) -> PeriodFit:
     return out
 
 
-def fit_period(times: np.ndarray, quantum: float = 0.0) -> PeriodFit | None:
+def fit_period(times: np.ndarray, quantum: float = 0.0, observed: float = 0.0) -> PeriodFit | None:
     """Fit a period to event times (any unit; `quantum` = 1 for integer clocks such as
-    steps). None when there are too few events or no candidate period."""
+    steps). `observed`: the scale (standard deviation) of the error the times were read
+    with, 0 when exact: a stall seen only from the client starts at the last token before
+    it, up to a step early. Some events then sit on the grid and some are displaced by up
+    to a few times that; the on-grid events are fitted as a tight core plus a displaced
+    share, so neither the core alone nor one wide spread has to explain both. None when
+    there are too few events or no candidate period."""
     x = np.asarray(times, dtype=float)
     ok = np.flatnonzero(np.isfinite(x))
     order = ok[np.argsort(x[ok], kind="stable")]
     t = x[order]
     if len(t) < MIN_EVENTS or t[-1] <= t[0]:
         return None
-    floor = _resolution(t, quantum)
+    sp = _Spreads(_resolution(t, quantum), max(float(observed), 0.0))
     best: PeriodFit | None = None
-    for c in _candidates(t, floor):
-        f = _fit_candidate(t, c, floor)
+    for c in _candidates(t, sp.floor):
+        f = _fit_candidate(t, c, sp)
         if best is None or f.llr > best.llr:
             best = f
     if best is None:
         return None
-    best = _fundamental(t, best, floor)
+    best = _fundamental(t, best, sp)
     grid = np.full(len(x), -1, dtype=np.int64)
     grid[order] = best.grid  # back to the caller's event order
     return replace(best, grid=grid)

@@ -101,7 +101,7 @@ def _windows(ev: Events, idx: np.ndarray) -> list[list[float]]:
 
 
 def _periodicity(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
-                 idx: np.ndarray) -> Periodicity:
+                 idx: np.ndarray, gaps: Gaps, base: Baseline) -> Periodicity:
     # When the pause began: the engine's own stamp of its long step where the step log has
     # it (a busy client's read times would add their noise to the seconds clock), else the
     # client's gap start. One entry per event in every clock (-1: no step known), so that one
@@ -110,9 +110,11 @@ def _periodicity(con: duckdb.DuckDBPyConnection, ctx: RunContext, ev: Events,
     engine_start = ev.covering_step_start_ns[idx]
     times_s = np.where(engine_start >= 0, engine_start, client_start) / 1e9
     step_ids = ev.covering_step_id[idx] if ctx.has_steps else None
+    ordinary = gaps.itl_ms[gaps.itl_ms < base.threshold_ms] / 1e3
     return rank_sources(con, ctx.run_id, times_s, step_ids,
                         tokens_before(con, ctx.run_id, ev.first_start[idx]),
-                        float(np.median(ev.n_active[idx])))
+                        float(np.median(ev.n_active[idx])),
+                        client_gaps_s=None if ctx.has_steps else ordinary)
 
 
 def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Baseline,
@@ -138,21 +140,21 @@ def _stall_findings(con: duckdb.DuckDBPyConnection, ctx: RunContext, base: Basel
     pausing = np.isin(ev.cause, ["engine_pause", "unattributed"])
     wide = np.flatnonzero((ev.kind == "engine_wide") & pausing)
     if len(wide):
-        per = _periodicity(con, ctx, ev, wide)
+        per = _periodicity(con, ctx, ev, wide, all_gaps, base)
         # A pause while only one request streamed cannot pass the cross-request test
         # (undetermined), yet one that falls on the engine-wide pauses' period is the same
         # source seen through one stream: fitted together, those on the grid join the finding.
         lone = np.flatnonzero((ev.kind == "undetermined") & pausing)
         if len(lone):
             both = np.sort(np.concatenate([wide, lone]))
-            joint = _periodicity(con, ctx, ev, both)
+            joint = _periodicity(con, ctx, ev, both, all_gaps, base)
             fit = joint.primary
             if fit is not None and fit.significant:
                 on_grid = set(both[fit.grid >= 0].tolist())
                 extra = np.array([i for i in lone if i in on_grid], dtype=np.int64)
                 if len(extra):
                     wide = np.sort(np.concatenate([wide, extra]))
-                    per = _periodicity(con, ctx, ev, wide)
+                    per = _periodicity(con, ctx, ev, wide, all_gaps, base)
         diag.findings.append(engine_wide_finding(ev, wide, gaps, per, cross, base,
                                                  ctx.has_steps))
         diag.findings[-1].scope = {"windows_s": _windows(ev, wide)}

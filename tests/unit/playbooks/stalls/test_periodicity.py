@@ -178,3 +178,50 @@ def test_unrelated_events_do_not_pull_the_period_off_its_grid(
     assert fit is not None and fit.significant
     assert fit.period == pytest.approx(period, rel=0.005)
     assert fit.hits >= 14
+
+
+# A real train: `diagnose stalls` on a real vLLM (CPU build) whose engine core was SIGSTOPped
+# 0.12 s every 1.3 s (15 pauses) beside a CPU-bound neighbour, no step log, so each event is
+# the start of the clients' gap: the last token before the pause, up to one step earlier,
+# and the pausing thread itself ran up to 15 ms late. Seconds from the first event.
+REAL_VLLM_1_3S = [0.0, 1.3106, 2.0381, 2.3749, 2.6039, 3.9164, 4.0417, 5.2066, 6.2782, 6.4856,
+                  7.8104, 8.4124, 8.5712, 9.0733, 9.2425, 10.414, 11.7135, 13.0003, 14.3158,
+                  14.3161, 15.6168]
+REAL_VLLM_GAP_RESOLUTION_S = 0.0077  # `resolution` of that run's ordinary inter-token gaps
+
+
+def test_client_timed_events_keep_the_pauses_a_step_off_the_grid() -> None:
+    """With one spread, the fit kept the 8 pauses that fell within 2 ms of a grid and called
+    the 5 that came 8-37 ms off it unrelated (round R23: 8 of 15 on the period; the real
+    test asks 9); a floor of the observation's resolution under that one spread fixed this
+    train but lost significance on another (round R24). The core and the displaced share,
+    fitted apart, keep all 13 grid points that had a pause."""
+    t = np.array(REAL_VLLM_1_3S)
+    exact = fit_period(t)
+    assert exact is not None and exact.hits == 8  # the failure, with times taken as exact
+    fit = fit_period(t, observed=REAL_VLLM_GAP_RESOLUTION_S)
+    assert fit is not None and fit.significant and fit.llr >= exact.llr
+    assert fit.period == pytest.approx(1.3, rel=0.005)
+    assert fit.hits >= 13 and fit.missed == 0
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(period=st.floats(np.log(0.5), np.log(6.0)).map(np.exp), kept=st.integers(12, 24),
+       step=st.floats(0.004, 0.03), core=st.floats(0.3, 0.7), extra=st.floats(0.3, 1.0),
+       seed=st.integers(0, 2**32 - 1))
+def test_a_tight_core_does_not_push_the_displaced_pauses_off_the_period(
+        period: float, kept: int, step: float, core: float, extra: float, seed: int) -> None:
+    """Some pauses land within a millisecond of the grid, the rest anywhere in the step before
+    it (read at the last token) and up to 15 ms late (a timer thread beside a busy
+    neighbour); unrelated pauses besides. Given the observation's scale, the fit shows the
+    period and keeps 80% of the timer's pauses."""
+    rng = np.random.default_rng(seed)
+    moved = rng.random(kept) >= core
+    off = np.where(moved, rng.uniform(-step, 0.0, kept) + rng.uniform(0.0, 0.015, kept),
+                   rng.uniform(-0.001, 0.001, kept))
+    t = rng.permutation(np.concatenate([np.arange(kept) * period + off,
+                                        rng.uniform(0, kept * period, int(kept * extra))]))
+    fit = fit_period(t, observed=step / np.sqrt(12))
+    assert fit is not None and fit.significant
+    assert fit.period == pytest.approx(period, rel=0.005)
+    assert fit.hits >= 0.8 * kept, (fit.hits, kept)
