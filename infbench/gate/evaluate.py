@@ -222,6 +222,31 @@ def _uses_shift(rule: Rule, paired: bool) -> bool:
                                      and rule.quantile == 0.5)
 
 
+# A relative change needs positive values; a request can measure 0 where the client's reads
+# coarsen the clock (every token after the first in one read: TPOT 0), and such a request
+# says nothing about the change. Up to this share of the requests (in either run) is left
+# out and said so; more means the metric was mostly not measured, and the rule cannot tell.
+MAX_NOT_POSITIVE = 0.05
+
+
+def _positive_rows(x: np.ndarray, y: np.ndarray, rb: np.ndarray, rc: np.ndarray, paired: bool,
+                   metric: str) -> tuple[np.ndarray, np.ndarray, str]:
+    bad_b, bad_c = int((x[rb] <= 0).sum()), int((y[rc] <= 0).sum())
+    if not bad_b and not bad_c:
+        return rb, rc, ""
+    worst = max(bad_b / max(rb.size, 1), bad_c / max(rc.size, 1))
+    counts = f"{bad_b} of {rb.size} baseline and {bad_c} of {rc.size} candidate requests"
+    if worst > MAX_NOT_POSITIVE:
+        raise NotEnoughData(f"a relative change of the typical request needs positive values: {counts} "
+                            f"had {metric} <= 0 (more than {MAX_NOT_POSITIVE:.0%} of a run)")
+    if paired:
+        ok = (x[rb] > 0) & (y[rc] > 0)
+        rb, rc = rb[ok], rc[ok]
+    else:
+        rb, rc = rb[x[rb] > 0], rc[y[rc] > 0]
+    return rb, rc, f"; {counts} with {metric} <= 0 left out (a ratio needs positive values)"
+
+
 def _evaluate_shift(rule: Rule, base: RunSamples, cand: RunSamples, settings: GateSettings,
                     pairing: Pairing | None, result: RuleResult) -> RuleResult:
     x, y = base.per_request[rule.metric], cand.per_request[rule.metric]
@@ -230,14 +255,15 @@ def _evaluate_shift(rule: Rule, base: RunSamples, cand: RunSamples, settings: Ga
         rb, rc = pairing.base_rows[ok], pairing.cand_rows[ok]
     else:
         rb, rc = np.flatnonzero(np.isfinite(x)), np.flatnonzero(np.isfinite(y))
+    left_out = ""
+    if rule.relative:
+        rb, rc, left_out = _positive_rows(x, y, rb, rc, pairing is not None, rule.metric)
     x, y = x[rb], y[rc]
     what = "paired requests" if pairing is not None else "requests"
     quantile_support(x.size, 0.5, what, settings)
     quantile_support(y.size, 0.5, what, settings)
     result.baseline, result.candidate = float(np.median(x)), float(np.median(y))
     result.n_baseline, result.n_candidate = x.size, y.size
-    if rule.relative and (x.min() <= 0 or y.min() <= 0):
-        raise NotEnoughData("a relative change of the typical request needs positive values")
     a, b = (np.log(x), np.log(y)) if rule.relative else (x, y)
     r = overlapping_shift(a, b, settings.confidence, paired=pairing is not None,
                           base_times=(base.send_s[rb], base.done_s[rb]),
@@ -258,7 +284,7 @@ def _evaluate_shift(rule: Rule, base: RunSamples, cand: RunSamples, settings: Ga
     result.estimator = ("typical per-request change (Hodges-Lehmann of the pairs, signed-rank interval)"
                         if pairing is not None else
                         "location shift (Hodges-Lehmann, Mann-Whitney interval)") + \
-        ", widened for requests in flight together"
+        ", widened for requests in flight together" + left_out
     result.verdict, result.reason = judge(result.ci, rule)
     return result
 

@@ -140,3 +140,36 @@ def test_overall_verdict() -> None:
     assert overall([r(PASS), r(INCONCLUSIVE)]) == INCONCLUSIVE
     assert overall([r(INCONCLUSIVE), r(FAIL)]) == FAIL
     assert overall([r(PASS)]) == PASS
+
+
+def _zero_tpot(run: RunSamples, share: float, seed: int) -> RunSamples:
+    """A share of the requests read every token after the first at once (a stalled client,
+    or a server that sends several tokens per event): their TPOT measures 0."""
+    tpot = run.per_request["tpot"].copy()
+    hit = np.random.default_rng(seed).random(tpot.size) < share
+    tpot[hit & np.isfinite(tpot)] = 0.0
+    return dataclasses.replace(run, per_request={**run.per_request, "tpot": tpot})
+
+
+@pytest.mark.parametrize(("share", "seed"), [(0.004, 1), (0.02, 2), (0.03, 3)])
+def test_a_few_requests_with_a_zero_tpot_do_not_blind_the_rule(share: float, seed: int) -> None:
+    """Two identical runs through the default gate were inconclusive on TPOT because one
+    request in 400 measured 0 ms (the client, starved beside a busy neighbour, read its
+    tokens in one go) and a ratio needs positive values: the whole rule said nothing."""
+    w = make_workload(400, 20 + seed)
+    base = simulate(w, QUIET, 1)
+    same, slow = simulate(w, QUIET, 2), simulate(w, QUIET, 3, decode=1.10, prefill=1.10)
+    rule = _rule("tpot", "p50")
+    b = _zero_tpot(base, share, seed)
+    ok = _result(rule, b, _zero_tpot(same, share, seed + 100))
+    assert ok.verdict == PASS and "left out" in ok.estimator, ok
+    bad = _result(rule, b, _zero_tpot(slow, share, seed + 200))
+    assert bad.verdict == FAIL and bad.ci is not None and bad.ci[0] > 0.05, bad
+
+
+def test_a_metric_mostly_measured_as_zero_is_inconclusive_and_says_why() -> None:
+    w = make_workload(400, 30)
+    base, cand = simulate(w, QUIET, 1), simulate(w, QUIET, 2)
+    r = _result(_rule("tpot", "p50"), base, _zero_tpot(cand, 0.2, 5))
+    assert r.verdict == INCONCLUSIVE and r.ci is None
+    assert "had tpot <= 0" in r.reason and "candidate requests" in r.reason, r.reason
