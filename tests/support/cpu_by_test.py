@@ -11,6 +11,13 @@ which they ran. A module-scoped engine's CPU lands on the tests it served; what 
 still running spends between tests lands on the next one. Wall time beside it tells waiting
 from work. The directory is `$INFBENCH_CPU_LOG_DIR` (default: the current one).
 
+One blind spot, seen in the README's second part: a process orphaned inside the tree (its
+parent stopped without waiting for it, as vLLM's engine-core process is when its API server is
+killed) is reaped by init, and the time it had spent leaves the tree; the test during which
+that happens gets a negative figure (the second part's last test, which tears down the
+session's vLLM servers: -247 s in round R31). The totals of the tests it ran beside are
+right; the part's total is not, so take a part's total from `/usr/bin/time` around it.
+
 Linux only (/proc). Reads, never changes, what the tests do.
 """
 
