@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.real_engine.conftest import infbench
+from tests.real_engine.conftest import infbench, metric
 from tests.real_engine.host_stalls import PeriodicPauser
 from tools.real_vllm.server import VllmServer
 
@@ -111,8 +111,15 @@ def test_engine_core_frozen_is_engine_stopped_while_health_says_200(
     pid = vllm.engine_core_pid()
     seen: list[int] = []
 
+    done_before = metric(vllm, "vllm:request_success_total")
+
     def freeze() -> None:
-        time.sleep(4.0)
+        # Stop it once 8 of the run's requests have finished, not at a fixed time: round R33
+        # had the whole run (36 requests, 3.4 s) done before a stop 4 s in.
+        deadline = time.monotonic() + 120
+        while (metric(vllm, "vllm:request_success_total") - done_before < 8
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         os.kill(pid, signal.SIGSTOP)
         time.sleep(1.0)
         seen.append(_health(vllm))
