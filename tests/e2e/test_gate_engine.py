@@ -1,6 +1,8 @@
 """`infbench gate` against the real reference engine, with the default rules: five A/A pairs
-of 400 requests (closed loop at 16) pass, a 10% HBM derate fails, halved max_num_seqs
-fails, a run too short to tell is inconclusive, and runs of different workloads are refused.
+of 400 requests (closed loop at 16) pass wherever the host moved the engine's own clock by no
+more than the drift the rules are calibrated for (and never fail where it moved more), a 10%
+HBM derate fails, halved max_num_seqs fails, a run too short to tell is inconclusive, and runs
+of different workloads are refused.
 
 Each run starts its own engine (no prefix cache carried over) and repeats the same seed and
 request count, so the runs pair request by request. The simulated device is an L4: its
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from tests.support.cli import infbench
@@ -69,11 +72,46 @@ def _summary(doc: dict) -> str:
     return "; ".join(f"{x['rule']}: {x['verdict']} {x['change']} {x['ci']}" for x in doc["rules"])
 
 
+# The drift the default rules are calibrated to pass identical builds under
+# (tests/unit/gate/test_calibration.py: up to 1% between the runs of a pair).
+CALIBRATED_DRIFT = 0.01
+
+
+def _engine_busy_s(db: Path, run_id: str) -> float:
+    """The run's work on the engine's own clock: its steps' durations summed. The same
+    requests on the same build make the same steps, so between A/A runs this moves only
+    when the host held the engine up (the step log marks those steps host-late)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT sum(end_s - start_s) FROM engine_steps WHERE run_id = ?", [run_id]).fetchall()
+    finally:
+        con.close()
+    return float(rows[0][0])
+
+
 def test_identical_builds_pass_with_the_default_rules(store) -> None:
+    """Each A/A pair whose engine's own clock moved by no more than the calibrated drift
+    passes. A pair the host disturbed beyond that (round R36: one 640 ms host stall of the
+    engine with 16 requests in flight, the same work 2.7% longer on the engine's clock) is
+    outside the calibration: the gate must not fail it, and what its throughput rule reads
+    must be that same change, seen from the client (the noisy-machine case of
+    test_calibration, here on the bundled engine)."""
+    db, runs = store
+    undisturbed = []
     for i in range(1, A_A):
         r, doc = _gate(store, f"a{i}", f"a{i + 1}")
         assert doc["paired"] and doc["paired_requests"] == N, doc["warnings"]
-        assert r.returncode == 0 and doc["verdict"] == "pass", (i, _summary(doc))
+        drift = _engine_busy_s(db, runs[f"a{i + 1}"]) / _engine_busy_s(db, runs[f"a{i}"]) - 1.0
+        why = (i, f"engine clock {drift:+.2%}", _summary(doc))
+        if abs(drift) <= CALIBRATED_DRIFT:
+            assert r.returncode == 0 and doc["verdict"] == "pass", why
+            undisturbed.append(i)
+            continue
+        assert doc["verdict"] != "fail", why
+        rate = next(x for x in doc["rules"] if x["metric"] == "output_tokens")
+        assert abs(rate["change"] - (1.0 / (1.0 + drift) - 1.0)) < 0.01, why
+    # a host that disturbed most pairs leaves the claim untested: say so rather than pass
+    assert len(undisturbed) >= 3, f"only pairs {undisturbed} ran within {CALIBRATED_DRIFT:.0%} engine drift"
 
 
 def test_a_ten_percent_slower_device_fails_with_the_default_rules(store) -> None:
