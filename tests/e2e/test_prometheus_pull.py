@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EngineProc
         with running_prometheus({"engine": targets, "node": [node]},
                                 tmp_path_factory.mktemp("prom"), interval_s=0.5) as prom:
             assert len(prom.wait_for("up == 1", series=3)) == 3, prom.log.read_text()[-2000:]
+            # The pull reads every counter one step (0.5 s) before a run's start, which
+            # Prometheus has only if it scraped the target by then: on a quiet machine the
+            # first run began within a step of the first scrape (its window's first sample
+            # 0.22 ms after t0).
+            prom.wait_scraped_after(time.time() + 0.5)
             SGLANG[:] = [sg]
             yield engine, prom
 
