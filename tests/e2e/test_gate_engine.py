@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from tests.support.cli import infbench
+from tests.support.store_rows import store_rows
 
 # nine engine runs of ~30 s before the first test: past the suite's default per-test timeout
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -81,12 +81,8 @@ def _engine_busy_s(db: Path, run_id: str) -> float:
     """The run's work on the engine's own clock: its steps' durations summed. The same
     requests on the same build make the same steps, so between A/A runs this moves only
     when the host held the engine up (the step log marks those steps host-late)."""
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        rows = con.execute("SELECT sum(end_s - start_s) FROM engine_steps WHERE run_id = ?", [run_id]).fetchall()
-    finally:
-        con.close()
-    return float(rows[0][0])
+    ((busy,),) = store_rows(db, "SELECT sum(end_s - start_s) FROM engine_steps WHERE run_id = ?", [run_id])
+    return float(busy)
 
 
 def test_identical_builds_pass_with_the_default_rules(store) -> None:
