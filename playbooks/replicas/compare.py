@@ -15,9 +15,17 @@ requests is not called slower on TTFT or TPOT when its own engine steps at equal
 surely not `min_effect` slower (the step interval's upper end below it): the engine says it
 is as fast, and what the client saw at "matched" load is load the concurrency at send does
 not capture (a higher arrival rate puts more prefill into the steps a request waits on). It
-is busier, with the refuted metrics kept (`refuted_on`) for its finding to say so. A replica sent its fair
-share keeps a client-side slowdown even with equal steps (a scheduler limit queues requests
-without slowing a step: that is a slower replica to its users).
+is busier, with the refuted metrics kept (`refuted_on`) for its finding to say so.
+
+A replica sent its fair share whose TTFT alone is slower while its steps are as fast is slower
+only if its engine's own queue says so: a scheduler limit (max_num_seqs, a full KV cache)
+queues requests without slowing a step, and the step log's waiting count shows that queue.
+Integrated over the steps' time and divided by the requests the replica was sent (Little's
+law), it is the mean time a request waited inside the engine; when that wait exceeds its
+peers' by less than `min_effect` of their TTFT, the extra TTFT was spent before the engine
+(HTTP server, tokenizer, a host that gave this replica's front end less CPU, the network) and
+the TTFT slowdown is refuted: the engine's steps and queue contradict it. Without the waiting
+count nothing refutes it.
 
 Two passes: the first compares each replica with all the others; the second compares each
 with the replicas the first did not find slower, so a healthy replica is not made to look
@@ -47,6 +55,9 @@ class ReplicaVerdict:
     load_ratio: float | None = None      # mean in flight at send / the peers'
     request_ratio: float | None = None   # measured requests / the peers' mean
     peers: list[str] = field(default_factory=list)
+    queue_wait_ms: float | None = None        # mean wait in its engine's queue (Little's law)
+    peers_queue_wait_ms: float | None = None  # its peers' mean of the same
+    queued: bool = False    # its engine's queue held its requests min_effect of TTFT longer
 
     @property
     def slower(self) -> bool:
@@ -121,12 +132,40 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
             return None
         return counts.get(r, 0) / float(np.mean(peer_counts))
 
+    waits = obs.queue_wait_ms or {}
+
+    def peers_wait(peers: list[str]) -> float | None:
+        w = [waits.get(p) for p in peers]
+        known = [x for x in w if x is not None]
+        return float(np.mean(known)) if known and len(known) == len(w) else None
+
+    def queue_explains(r: str, peers: list[str]) -> bool:
+        """The engine's own queue makes r's requests wait at least `min_effect` of its peers'
+        TTFT longer than theirs (unknown: assume it does, so nothing is refuted)."""
+        mine, theirs = waits.get(r), peers_wait(peers)
+        level = peers_ttft(peers)
+        if mine is None or theirs is None or level is None:
+            return True
+        return mine - theirs >= min_effect * level
+
+    def peers_ttft(peers: list[str]) -> float | None:
+        q = obs.requests
+        if not obs.n_requests:
+            return None
+        y = np.asarray(q["ttft_ms"], dtype=np.float64)[np.isin(q["replica"].astype(str), peers)]
+        y = y[np.isfinite(y)]
+        return float(np.median(y)) if len(y) else None
+
     def split(r: str, cmps: dict[str, Comparison], peers: list[str]) -> tuple[list[str], list[str]]:
-        """(slower on, refuted on): a client-side slowdown of a replica the router sent more,
-        where its own engine steps at equal work say it is not slower, is refuted."""
+        """(slower on, refuted on): where its own engine steps at equal work say it is not
+        slower, a client-side slowdown of a replica the router sent more is refuted, and a
+        TTFT-only slowdown of one sent its fair share is refuted unless its engine queued."""
         hits = hits_on(cmps)
-        sent_more = (request_ratio(r, peers) or 0.0) >= busier_ratio
-        if hits and sent_more and steps_say_not_slower(cmps):
+        if not hits or not steps_say_not_slower(cmps):
+            return hits, []
+        if (request_ratio(r, peers) or 0.0) >= busier_ratio:
+            return [], hits
+        if hits == ["ttft"] and not queue_explains(r, peers):
             return [], hits
         return hits, []
 
@@ -146,5 +185,8 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
         v.request_ratio = request_ratio(r, peers_of[r])
         v.busier = not v.slower and any(x is not None and x >= busier_ratio
                                         for x in (v.load_ratio, v.request_ratio))
+        v.queue_wait_ms, v.peers_queue_wait_ms = waits.get(r), peers_wait(peers_of[r])
+        v.queued = (v.queue_wait_ms is not None and v.peers_queue_wait_ms is not None
+                    and queue_explains(r, peers_of[r]))
         verdicts.append(v)
     return verdicts, z

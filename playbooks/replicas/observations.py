@@ -71,6 +71,24 @@ WHERE run_id = $run_id AND replica IS NOT NULL GROUP BY replica ORDER BY replica
 """
 
 
+# The mean time a request waited in each replica's engine queue (Little's law): the step log's
+# waiting count integrated over its steps' time, over the requests the replica was sent. NULL
+# where a step has no waiting count.
+QUEUE_SQL = """
+WITH sent AS (
+  SELECT replica, count(*) AS n FROM requests
+  WHERE run_id = $run_id AND replica IS NOT NULL GROUP BY replica
+)
+SELECT s.replica,
+       CASE WHEN count(*) = count(s.num_waiting)
+            THEN sum(s.num_waiting * (s.end_s - s.start_s)) * 1e3 / any_value(sent.n) END
+         AS queue_wait_ms
+FROM engine_steps s JOIN sent USING (replica)
+WHERE s.run_id = $run_id AND s.end_s > s.start_s
+GROUP BY s.replica ORDER BY s.replica
+"""
+
+
 @dataclass
 class Observations:
     replicas: list[str]          # in the run's order
@@ -80,6 +98,8 @@ class Observations:
     steps_sql: str
     sent: dict[str, int] | None = None   # requests routed per replica (None: count the successes)
     sent_sql: str | None = None
+    queue_wait_ms: dict[str, float | None] | None = None  # None: no step log to say
+    queue_sql: str | None = None
 
     @property
     def n_requests(self) -> int:
@@ -97,4 +117,6 @@ def load_observations(con: duckdb.DuckDBPyConnection, run_id: str, order: list[s
                 d[k] = (np.ma.filled(v.astype(np.float64), np.nan) if v.dtype.kind in "iuf"
                         else v.filled(None))
     tsql, sent = fetch(con, SENT_SQL, run_id=run_id)
-    return Observations(names, req, steps, rsql, ssql, {str(r): int(n) for r, n in sent}, tsql)
+    qsql, queue = fetch(con, QUEUE_SQL, run_id=run_id)
+    return Observations(names, req, steps, rsql, ssql, {str(r): int(n) for r, n in sent}, tsql,
+                        {str(r): None if w is None else float(w) for r, w in queue} or None, qsql)

@@ -88,6 +88,9 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
             diag.notes.append(f"{v.replica}: too few requests at loads its peers also saw to compare "
                               f"{', '.join(METRIC_WORDS[m] for m in thin)}")
     for v in verdicts:
+        if v.refuted_on and not v.busier:
+            diag.notes.append(_outside_engine(v, z))
+    for v in verdicts:
         if v.slower:
             tails = {m: tail_effect(con, ctx.run_id, v.replica, m) for m in ("ttft", "tpot", "e2e")}
             walk = hardware_walk(con, ctx.run_id, v.replica, v.peers, aliases)
@@ -127,12 +130,25 @@ def _ci(c: Comparison, z: float) -> str:
 def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
     out: dict[str, object] = {"replica": v.replica, "slower": v.slower, "busier": v.busier,
                               "refuted_by_steps": list(v.refuted_on),
-                              "load_ratio": v.load_ratio, "request_ratio": v.request_ratio}
+                              "load_ratio": v.load_ratio, "request_ratio": v.request_ratio,
+                              "queue_wait_ms": v.queue_wait_ms}
     for m, c in v.comparisons.items():
         iv = c.interval(z)
         out[f"{m}_ratio"] = c.ratio()
         out[f"{m}_interval"] = list(iv) if iv else None
     return out
+
+
+def _outside_engine(v: ReplicaVerdict, z: float) -> str:
+    seen = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.refuted_on)
+    step = v.comparisons.get("step")
+    queue = ("" if v.queue_wait_ms is None or v.peers_queue_wait_ms is None else
+             f", and its requests waited {v.queue_wait_ms:.1f} ms in its engine's queue on average "
+             f"against its peers' {v.peers_queue_wait_ms:.1f} ms")
+    return (f"{v.replica}: {seen} at matched load, but its engine steps at equal work are its "
+            f"peers' ({_ci(step, z) if step is not None else 'not comparable'}){queue}: the extra "
+            "time was spent before its engine (HTTP server, tokenizer, host CPU, network), so it "
+            "is not reported as a slower replica")
 
 
 def _cmp_evidence(v: ReplicaVerdict, z: float, obs: Observations) -> list[Evidence]:
@@ -174,6 +190,12 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
                     + (f"; without it the fleet p99 would be {tail.p99_reduction:.0%} lower "
                        f"({tail.fleet_p99_ms:.1f} -> {tail.p99_without_ms:.1f} ms)."
                        if tail.p99_reduction is not None else "."))
+    queue_txt = ""
+    if v.queued and "step" not in v.slower_on:
+        queue_txt = (f" Its engine steps are not slower, but its requests waited "
+                     f"{v.queue_wait_ms:.1f} ms in its engine's queue on average against its peers' "
+                     f"{v.peers_queue_wait_ms:.1f} ms: a scheduler limit holds them (max_num_seqs, "
+                     "max_num_batched_tokens, a full KV cache).")
     cause = walk.cause
     cause_txt = (f" Telemetry: {cause.detail}." if cause else
                  " Its GPU telemetry shows nothing its peers do not." if walk.has_telemetry else
@@ -181,6 +203,13 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
     big = ((tail.share_above_p99 or 0) >= 0.5 or (tail.p99_reduction or 0) >= 0.2
            or (tail.share_above_p90 or 0) >= 0.6)
     ev = _cmp_evidence(v, z, obs)
+    if v.queue_wait_ms is not None and v.peers_queue_wait_ms is not None:
+        ev.append(Evidence("engine_queue_wait", {
+            "queue_wait_ms": round(v.queue_wait_ms, 3),
+            "peers_queue_wait_ms": round(v.peers_queue_wait_ms, 3), "peers": ",".join(v.peers)},
+            obs.queue_sql or "",
+            "the step log's waiting count x step time summed per replica, over the requests it "
+            "was sent (Little's law): the mean time a request waited in its engine's queue"))
     for m, t in tails.items():
         ev.append(Evidence(f"fleet_p99_{m}", {
             "fleet_p99_ms": None if t.fleet_p99_ms is None else round(t.fleet_p99_ms, 3),
@@ -201,7 +230,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
         title=f"Replica {v.replica} is slower at equal load ({METRIC_WORDS[worst]} {_pct(c.ratio() or 1)})",
         confidence=confidence, severity="critical" if big else "warning",
         summary=(f"At the same load as its peers ({', '.join(v.peers)}), {v.replica} is slower: "
-                 f"{what}. {load}{tail_txt}{cause_txt}"),
+                 f"{what}. {load}{tail_txt}{queue_txt}{cause_txt}"),
         evidence=ev,
         next_actions=[f"Take {v.replica} out of rotation (or lower its weight) while it is looked at.",
                       *( [cause_action(cause.verdict)] if cause and cause.verdict else []),

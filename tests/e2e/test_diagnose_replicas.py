@@ -7,7 +7,10 @@ Fleet runs of two or three replicas each, through the CLI:
   load, with its share of the fleet's p99 and the cause from its telemetry;
 - three healthy, `--route share:2,1,1`: the first is busier (twice the requests), not slower;
   likewise shares 2:1 and 3:1 over two replicas and 1:1:4 over three (the last is busiest);
-- three healthy, round robin: no finding.
+- three healthy, round robin: no finding;
+- two healthy and one with a scheduler limit (`--max-num-seqs 2`), round robin: the limited
+  one is slower on TTFT alone, its steps as fast, and its engine's queue (the step log's
+  waiting count) says where its requests waited.
 Small runs (short outputs, ~5 s each) keep the file well under 90 s on two shared cores.
 """
 
@@ -36,7 +39,8 @@ LOAD = ("--rate", "30", "--num-requests", "150", "--input-tokens", "uniform:128:
 def engines() -> Iterator[dict[str, EngineProcess]]:
     started: dict[str, EngineProcess] = {}
     try:
-        for name, extra in (("h1", ()), ("h2", ()), ("h3", ()), ("hot", THROTTLE)):
+        for name, extra in (("h1", ()), ("h2", ()), ("h3", ()), ("hot", THROTTLE),
+                            ("limited", ("--max-num-seqs", "2"))):
             started[name] = launch([sys.executable, "-m", "reference_engine", "--port", "0",
                                     *FAST_FLAGS, *extra])
         yield started
@@ -113,6 +117,10 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
 
     diag = _diagnose(db)
     by = {f["verdict"]: f for f in diag["findings"]}
+    # Only c: a healthy replica whose front end the host served slower in this run is a note
+    # (its steps and queue are its peers'), not a second slower replica.
+    assert [f["title"] for f in diag["findings"] if f["verdict"] == "replica_slower"] == [
+        by["replica_slower"]["title"]]
     slow = by["replica_slower"]
     assert slow["title"].startswith("Replica c ")
     assert [r["replica"] for r in diag["context"]["replicas"] if r["slower"]] == ["c"]
@@ -139,6 +147,32 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
     cause = by["gpu_thermal_throttle"]
     assert "700 of 1,980 MHz" in cause["title"] and "sw_thermal_slowdown" in cause["title"]
     assert diag["findings"][0]["verdict"] == "replica_slower"  # the slowdown first, then its cause
+
+
+def test_a_scheduler_limit_is_slower_on_ttft_with_the_engines_queue_as_the_reason(
+        engines: dict[str, EngineProcess], tmp_path: Path) -> None:
+    """Its fair share, its steps as fast as its peers': the TTFT it loses is spent in its
+    engine's queue (two running at a time), which the step log shows, so it stays slower."""
+    db = tmp_path / "limited.duckdb"
+    _fleet_run(db, {"a": engines["h1"], "b": engines["h2"], "c": engines["limited"]})
+    diag = _diagnose_here(db)
+    rows = {r["replica"]: r for r in diag["context"]["replicas"]}
+    assert [r for r, row in rows.items() if row["slower"]] == ["c"], rows
+    slow = [f for f in diag["findings"] if f["verdict"] == "replica_slower"]
+    assert len(slow) == 1 and slow[0]["title"].startswith("Replica c ") and "TTFT" in slow[0]["title"]
+    lo, hi = rows["c"]["step_interval"]
+    assert lo < 1.0 < hi or hi < 1.1, rows["c"]  # its steps are not what is slow
+    ev = {e["name"]: e for e in slow[0]["evidence"]}["engine_queue_wait"]
+    # The evidence's SQL gives the numbers it shows.
+    con = open_store(db, read_only=True)
+    try:
+        waits = dict(con.execute(ev["sql"]).fetchall())
+    finally:
+        con.close()
+    assert ev["values"]["queue_wait_ms"] == pytest.approx(waits["c"], abs=1e-3)
+    assert ev["values"]["peers_queue_wait_ms"] == pytest.approx((waits["a"] + waits["b"]) / 2, abs=1e-3)
+    assert waits["c"] > 10 * max(waits["a"], waits["b"], 0.1), waits
+    assert "queue" in slow[0]["summary"] and "max_num_seqs" in slow[0]["summary"]
 
 
 def test_twice_the_load_is_busier_not_slower(shared_run: dict) -> None:

@@ -17,12 +17,15 @@ def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, f
                     n: int = 200, base_load: float = 3.0, a: float = 0.15, p: float = 1.0,
                     noise: float = 0.1, second_noise: float = 0.0, duration_s: float = 20.0,
                     ttft_unmatched: dict[str, float] | None = None,
-                    step_slowdown: dict[str, float] | None = None) -> Observations:
+                    step_slowdown: dict[str, float] | None = None,
+                    queue_ms: dict[str, float] | None = None) -> Observations:
     """`replicas`: name -> (load factor, slowdown). `n` requests per unit of load factor.
     `ttft_unmatched`: a replica's TTFT factor that its concurrency at send does not explain
     (what a higher arrival rate does to a busier replica). `step_slowdown`: with it, an engine
     step log per replica (50 steps a second of decode sequences and some prefill, on one
-    step-time line, times the replica's factor)."""
+    step-time line, times the replica's factor). `queue_ms`: with the step log, the mean time a
+    request of that replica waits in its engine's queue, as the log's waiting count says it;
+    None: the log has no waiting count."""
     cols: dict[str, list] = {k: [] for k in ("request_idx", "replica", "replica_concurrency", "send_ns",
                                              "ttft_ms", "tpot_ms", "e2e_ms", "decode_load")}
     idx = 0
@@ -52,7 +55,10 @@ def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, f
     steps["replica"] = steps["replica"].astype(object)
     if step_slowdown is not None:
         steps = _step_log(rng, replicas, step_slowdown, base_load, duration_s)
-    return Observations(list(replicas), req, steps, "-- requests", "-- steps")
+    obs = Observations(list(replicas), req, steps, "-- requests", "-- steps")
+    if step_slowdown is not None and queue_ms is not None:
+        obs.queue_wait_ms, obs.queue_sql = dict(queue_ms), "-- queue"
+    return obs
 
 
 def _step_log(rng: np.random.Generator, replicas: dict[str, tuple[float, float]],

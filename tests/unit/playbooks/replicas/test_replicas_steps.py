@@ -1,8 +1,11 @@
 """A client-side slowdown at matched concurrency against the engines' own steps (synthetic
 fleets with a step log): a replica the router sent more, whose TTFT its concurrency at send does
 not fully explain while its steps at equal work are as fast as its peers', is busier and not
-slower; with slower steps, or with its fair share of the requests (a scheduler limit queues
-without slowing a step), it stays slower; without a step log nothing refutes it."""
+slower; with slower steps it stays slower; without a step log nothing refutes it. A replica sent
+its fair share whose TTFT alone is slower, its steps as fast: slower when its engine's queue
+(the log's waiting count) makes its requests wait longer than its peers' (a scheduler limit
+queues without slowing a step), refuted when it does not (the time went before the engine: a
+host or front end), and slower when the log has no waiting count."""
 
 from __future__ import annotations
 
@@ -50,12 +53,53 @@ def test_sent_more_with_slower_steps_is_slower(share: float, unmatched: float, s
     assert "step" in by["x"].slower_on
 
 
-@pytest.mark.parametrize(("queued", "seed"), [(1.4, 21), (1.25, 22)])
-def test_a_fair_share_slower_on_ttft_with_steps_as_fast_stays_slower(queued: float, seed: int) -> None:
+# (TTFT factor its concurrency does not explain, seed, base TTFT ~ 20 x (1 + 0.15 x load)).
+FAIR = [(1.4, 21), (1.25, 22), (1.6, 23)]
+
+
+def _fair(queued: float, seed: int, queue_ms: dict[str, float] | None):
     rng = np.random.default_rng(seed)
     replicas = {"x": (1.0, 1.0), "y": (1.0, 1.0), "z": (1.0, 1.0)}
-    obs = synthetic_fleet(rng, replicas, n=150, noise=0.08, second_noise=0.02,
-                          ttft_unmatched={"x": queued}, step_slowdown={})
+    return synthetic_fleet(rng, replicas, n=150, noise=0.08, second_noise=0.02,
+                           ttft_unmatched={"x": queued}, step_slowdown={}, queue_ms=queue_ms)
+
+
+def _peer_ttft(obs) -> float:
+    q = obs.requests
+    return float(np.median(q["ttft_ms"][q["replica"].astype(str) != "x"]))
+
+
+@pytest.mark.parametrize(("queued", "seed"), FAIR)
+def test_a_fair_share_slower_on_ttft_whose_engine_queued_stays_slower(queued: float, seed: int) -> None:
+    probe = _fair(queued, seed, None)
+    # The engine's queue holds x's requests for the TTFT they lose; its peers' queue a little.
+    extra = (queued - 1.0) * _peer_ttft(probe)
+    obs = _fair(queued, seed, {"x": 1.0 + extra, "y": 1.0, "z": 1.0})
     by = _by(obs)
     assert [r for r, v in by.items() if v.slower] == ["x"] and by["x"].slower_on == ["ttft"]
     assert not by["x"].refuted_on
+    assert by["x"].queue_wait_ms - by["x"].peers_queue_wait_ms == pytest.approx(extra)
+    assert by["x"].queued and not by["y"].queued
+
+
+@pytest.mark.parametrize(("queued", "seed"), FAIR)
+@pytest.mark.parametrize("peers_wait_ms", [0.0, 3.0])
+def test_a_fair_share_slower_on_ttft_with_steps_and_queue_as_its_peers_is_not_slower(
+        queued: float, seed: int, peers_wait_ms: float) -> None:
+    # Everyone's engine queues alike (not at all, or 3 ms a request): x's extra TTFT is
+    # spent before its engine.
+    obs = _fair(queued, seed, dict.fromkeys("xyz", peers_wait_ms))
+    by = _by(obs)
+    assert not any(v.slower for v in by.values())
+    assert by["x"].refuted_on == ["ttft"] and not by["x"].busier
+    assert by["x"].comparisons["ttft"].ratio() > 1.1  # the client did see it
+    # A queue short of min_effect of the peers' TTFT does not explain it either.
+    obs = _fair(queued, seed, {"x": 0.05 * _peer_ttft(obs), "y": 0.0, "z": 0.0})
+    assert not _by(obs)["x"].slower
+
+
+@pytest.mark.parametrize(("queued", "seed"), FAIR)
+def test_a_fair_share_slower_on_ttft_without_the_waiting_count_stays_slower(queued: float, seed: int) -> None:
+    by = _by(_fair(queued, seed, None))
+    assert [r for r, v in by.items() if v.slower] == ["x"] and by["x"].slower_on == ["ttft"]
+    assert not by["x"].refuted_on and by["x"].queue_wait_ms is None
