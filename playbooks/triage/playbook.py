@@ -62,12 +62,16 @@ def _subject(con: duckdb.DuckDBPyConnection, pb: Playbook, run_id: str) -> str:
     return _latest(con, pb.reads.table, pb.reads.key, pb.reads.order, run_id)
 
 
-def _rank_key(r: tuple[str, Finding, dict[str, Any] | None]) -> tuple[int, float, float]:
-    """Most severe first; among equals, the most damage (whole-run findings, which own no part
-    of the tail, after those that do), then the most sure."""
+def _rank_key(r: tuple[str, Finding, dict[str, Any] | None]) -> tuple[int, float, float, float]:
+    """Most severe first; among equals, the larger share of the requests lost (a request that
+    never completed is worse than any late token, and a share of lost requests is not on the
+    scale of a share of the p99 gaps), then the most damage (whole-run findings, which own no
+    part of the tail, after those that do), then the most sure."""
     _, f, dmg = r
     score = dmg.get("score") if dmg else None
-    return (-SEVERITIES.index(f.severity), -(score if score is not None else -1.0), -f.confidence)
+    lost = (dmg.get("lost_share") or 0.0) if dmg else 0.0
+    return (-SEVERITIES.index(f.severity), -lost, -(score if score is not None else -1.0),
+            -f.confidence)
 
 
 def diagnose_all(con: duckdb.DuckDBPyConnection, run_ref: str,

@@ -68,6 +68,23 @@ def test_hung_engine_is_engine_stopped_with_the_stacks_the_live_watch_took(tmp_p
     assert stopped["next_actions"][0].startswith("next step: read the stacks"), stopped["next_actions"]
 
 
+def test_a_hang_after_engine_wide_stalls_heads_them(tmp_path: Path) -> None:
+    """Round Q2's case, made on purpose: pauses before the hang own the p99 token gaps, the
+    hang strands most requests. The requests lost outrank the late tokens."""
+    db = tmp_path / "sh.duckdb"
+    _run(db, *closed_loop(16, 5, "uniform:50:110", "70"), "--timeout", "4",
+         engine=("--fault", "periodic-stall:every_s=0.3,duration_ms=90", "--fault", "hang:at_step=140"),
+         expect_rc=1)
+    rc, doc = _triage(db)
+    head = _head(doc)
+    assert rc == 1 and head["verdict"] == "engine_stopped", head
+    ranked = [(f["verdict"], f["severity"]) for f in doc["context"]["ranked"]]
+    stall = ranked.index(("engine_wide_stall", "critical"))  # still shown, after the hang
+    assert ranked.index(("engine_stopped", "critical")) < stall, ranked
+    stall_damage = doc["context"]["ranked"][stall]["damage"]
+    assert stall_damage["itl_p99_share"] > head["damage"]["itl_p99_share"], (stall_damage, head)
+
+
 def test_hung_engine_without_the_watch_names_the_missing_capture(tmp_path: Path) -> None:
     db = tmp_path / "h.duckdb"
     _run(db, *closed_loop(10, 4, "uniform:70:130", "90"), "--timeout", "3", "--no-watch",
