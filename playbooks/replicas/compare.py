@@ -18,14 +18,15 @@ not capture (a higher arrival rate puts more prefill into the steps a request wa
 is busier, with the refuted metrics kept (`refuted_on`) for its finding to say so.
 
 A replica sent its fair share whose TTFT alone is slower while its steps are as fast is slower
-only if its engine's own queue says so: a scheduler limit (max_num_seqs, a full KV cache)
-queues requests without slowing a step, and the step log's waiting count shows that queue.
-Integrated over the steps' time and divided by the requests the replica was sent (Little's
-law), it is the mean time a request waited inside the engine; when that wait exceeds its
-peers' by less than `min_effect` of their TTFT, the extra TTFT was spent before the engine
-(HTTP server, tokenizer, a host that gave this replica's front end less CPU, the network) and
-the TTFT slowdown is refuted: the engine's steps and queue contradict it. Without the waiting
-count nothing refutes it.
+only if its engine's own time before first tokens says so. Per request sent, the step log
+gives the time a request waited in the engine's queue (the waiting count integrated over the
+steps' time, Little's law: a scheduler limit such as max_num_seqs or a full KV cache queues
+requests without slowing a step) and the time of the steps that carried prefill (more prefill
+per request, prefix caching off, a smaller chunk budget, or slower prefill steps that the
+pooled steps hide when most steps are decode-only). When that engine time exceeds its peers'
+by less than `min_effect` of their TTFT, the extra TTFT was spent before the engine (HTTP
+server, tokenizer, a host that gave its front end less CPU, the network) and the TTFT slowdown
+is refuted. Without the waiting count nothing refutes it.
 
 Two passes: the first compares each replica with all the others; the second compares each
 with the replicas the first did not find slower, so a healthy replica is not made to look
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from playbooks.replicas.matched import Comparison, compare, z_for
-from playbooks.replicas.observations import Observations
+from playbooks.replicas.observations import EngineTime, Observations
 
 METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "step": "engine step"}
 CLIENT_METRICS = ("ttft", "tpot")
@@ -55,9 +56,9 @@ class ReplicaVerdict:
     load_ratio: float | None = None      # mean in flight at send / the peers'
     request_ratio: float | None = None   # measured requests / the peers' mean
     peers: list[str] = field(default_factory=list)
-    queue_wait_ms: float | None = None        # mean wait in its engine's queue (Little's law)
-    peers_queue_wait_ms: float | None = None  # its peers' mean of the same
-    queued: bool = False    # its engine's queue held its requests min_effect of TTFT longer
+    engine: EngineTime | None = None         # its engine's time per request before first tokens
+    peers_engine: EngineTime | None = None   # its peers' mean of the same
+    engine_explains: bool = False            # that time exceeds its peers' by min_effect of TTFT
 
     @property
     def slower(self) -> bool:
@@ -132,21 +133,23 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
             return None
         return counts.get(r, 0) / float(np.mean(peer_counts))
 
-    waits = obs.queue_wait_ms or {}
+    times = obs.engine_time or {}
 
-    def peers_wait(peers: list[str]) -> float | None:
-        w = [waits.get(p) for p in peers]
-        known = [x for x in w if x is not None]
-        return float(np.mean(known)) if known and len(known) == len(w) else None
+    def peers_time(peers: list[str]) -> EngineTime | None:
+        known = [times[p] for p in peers if p in times]
+        if not known or len(known) < len(peers) or any(t.queue_wait_ms is None for t in known):
+            return None
+        return EngineTime(float(np.mean([t.queue_wait_ms or 0.0 for t in known])),
+                          float(np.mean([t.prefill_ms for t in known])))
 
-    def queue_explains(r: str, peers: list[str]) -> bool:
-        """The engine's own queue makes r's requests wait at least `min_effect` of its peers'
-        TTFT longer than theirs (unknown: assume it does, so nothing is refuted)."""
-        mine, theirs = waits.get(r), peers_wait(peers)
-        level = peers_ttft(peers)
-        if mine is None or theirs is None or level is None:
+    def engine_explains(r: str, peers: list[str]) -> bool:
+        """r's engine spent at least `min_effect` of its peers' TTFT more per request before
+        first tokens than theirs (unknown: assume it did, so nothing is refuted)."""
+        mine, theirs, level = times.get(r), peers_time(peers), peers_ttft(peers)
+        if mine is None or mine.total_ms is None or theirs is None or theirs.total_ms is None \
+                or level is None:
             return True
-        return mine - theirs >= min_effect * level
+        return mine.total_ms - theirs.total_ms >= min_effect * level
 
     def peers_ttft(peers: list[str]) -> float | None:
         q = obs.requests
@@ -159,13 +162,14 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
     def split(r: str, cmps: dict[str, Comparison], peers: list[str]) -> tuple[list[str], list[str]]:
         """(slower on, refuted on): where its own engine steps at equal work say it is not
         slower, a client-side slowdown of a replica the router sent more is refuted, and a
-        TTFT-only slowdown of one sent its fair share is refuted unless its engine queued."""
+        TTFT-only slowdown of one sent its fair share is refuted unless its engine's own time
+        before first tokens explains it."""
         hits = hits_on(cmps)
         if not hits or not steps_say_not_slower(cmps):
             return hits, []
         if (request_ratio(r, peers) or 0.0) >= busier_ratio:
             return [], hits
-        if hits == ["ttft"] and not queue_explains(r, peers):
+        if hits == ["ttft"] and not engine_explains(r, peers):
             return [], hits
         return hits, []
 
@@ -185,8 +189,8 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
         v.request_ratio = request_ratio(r, peers_of[r])
         v.busier = not v.slower and any(x is not None and x >= busier_ratio
                                         for x in (v.load_ratio, v.request_ratio))
-        v.queue_wait_ms, v.peers_queue_wait_ms = waits.get(r), peers_wait(peers_of[r])
-        v.queued = (v.queue_wait_ms is not None and v.peers_queue_wait_ms is not None
-                    and queue_explains(r, peers_of[r]))
+        v.engine, v.peers_engine = times.get(r), peers_time(peers_of[r])
+        v.engine_explains = (v.engine is not None and v.engine.total_ms is not None
+                             and v.peers_engine is not None and engine_explains(r, peers_of[r]))
         verdicts.append(v)
     return verdicts, z

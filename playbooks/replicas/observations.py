@@ -71,10 +71,11 @@ WHERE run_id = $run_id AND replica IS NOT NULL GROUP BY replica ORDER BY replica
 """
 
 
-# The mean time a request waited in each replica's engine queue (Little's law): the step log's
-# waiting count integrated over its steps' time, over the requests the replica was sent. NULL
+# What each replica's engine itself spent on a request before its first token, per request
+# sent: the time it waited in the engine's queue (Little's law: the step log's waiting count
+# integrated over the steps' time) and the time of the steps that carried prefill. NULL wait
 # where a step has no waiting count.
-QUEUE_SQL = """
+ENGINE_TIME_SQL = """
 WITH sent AS (
   SELECT replica, count(*) AS n FROM requests
   WHERE run_id = $run_id AND replica IS NOT NULL GROUP BY replica
@@ -82,11 +83,25 @@ WITH sent AS (
 SELECT s.replica,
        CASE WHEN count(*) = count(s.num_waiting)
             THEN sum(s.num_waiting * (s.end_s - s.start_s)) * 1e3 / any_value(sent.n) END
-         AS queue_wait_ms
+         AS queue_wait_ms,
+       coalesce(sum(s.end_s - s.start_s) FILTER (WHERE s.prefill_tokens > 0), 0) * 1e3
+         / any_value(sent.n) AS prefill_ms
 FROM engine_steps s JOIN sent USING (replica)
 WHERE s.run_id = $run_id AND s.end_s > s.start_s
 GROUP BY s.replica ORDER BY s.replica
 """
+
+
+@dataclass(frozen=True)
+class EngineTime:
+    """Milliseconds a replica's engine spent per request sent before first tokens."""
+
+    queue_wait_ms: float | None   # waiting in its queue (None: the log has no waiting count)
+    prefill_ms: float             # in steps that carried prefill
+
+    @property
+    def total_ms(self) -> float | None:
+        return None if self.queue_wait_ms is None else self.queue_wait_ms + self.prefill_ms
 
 
 @dataclass
@@ -98,8 +113,8 @@ class Observations:
     steps_sql: str
     sent: dict[str, int] | None = None   # requests routed per replica (None: count the successes)
     sent_sql: str | None = None
-    queue_wait_ms: dict[str, float | None] | None = None  # None: no step log to say
-    queue_sql: str | None = None
+    engine_time: dict[str, EngineTime] | None = None  # None: no step log to say
+    engine_time_sql: str | None = None
 
     @property
     def n_requests(self) -> int:
@@ -117,6 +132,7 @@ def load_observations(con: duckdb.DuckDBPyConnection, run_id: str, order: list[s
                 d[k] = (np.ma.filled(v.astype(np.float64), np.nan) if v.dtype.kind in "iuf"
                         else v.filled(None))
     tsql, sent = fetch(con, SENT_SQL, run_id=run_id)
-    qsql, queue = fetch(con, QUEUE_SQL, run_id=run_id)
+    esql, engine = fetch(con, ENGINE_TIME_SQL, run_id=run_id)
+    times = {str(r): EngineTime(None if w is None else float(w), float(p)) for r, w, p in engine}
     return Observations(names, req, steps, rsql, ssql, {str(r): int(n) for r, n in sent}, tsql,
-                        {str(r): None if w is None else float(w) for r, w in queue} or None, qsql)
+                        times or None, esql)

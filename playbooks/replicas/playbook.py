@@ -131,7 +131,8 @@ def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
     out: dict[str, object] = {"replica": v.replica, "slower": v.slower, "busier": v.busier,
                               "refuted_by_steps": list(v.refuted_on),
                               "load_ratio": v.load_ratio, "request_ratio": v.request_ratio,
-                              "queue_wait_ms": v.queue_wait_ms}
+                              "queue_wait_ms": v.engine.queue_wait_ms if v.engine else None,
+                              "prefill_ms": v.engine.prefill_ms if v.engine else None}
     for m, c in v.comparisons.items():
         iv = c.interval(z)
         out[f"{m}_ratio"] = c.ratio()
@@ -139,16 +140,37 @@ def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
     return out
 
 
+def _engine_time(v: ReplicaVerdict) -> str:
+    """", and per request its engine ...": its queue wait and prefill steps against its peers'."""
+    e, p = v.engine, v.peers_engine
+    if e is None or p is None or e.queue_wait_ms is None or p.queue_wait_ms is None:
+        return ""
+    return (f", and per request its engine queued it {e.queue_wait_ms:.1f} ms and spent "
+            f"{e.prefill_ms:.1f} ms in steps carrying prefill, against its peers' "
+            f"{p.queue_wait_ms:.1f} and {p.prefill_ms:.1f} ms")
+
+
 def _outside_engine(v: ReplicaVerdict, z: float) -> str:
     seen = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.refuted_on)
     step = v.comparisons.get("step")
-    queue = ("" if v.queue_wait_ms is None or v.peers_queue_wait_ms is None else
-             f", and its requests waited {v.queue_wait_ms:.1f} ms in its engine's queue on average "
-             f"against its peers' {v.peers_queue_wait_ms:.1f} ms")
     return (f"{v.replica}: {seen} at matched load, but its engine steps at equal work are its "
-            f"peers' ({_ci(step, z) if step is not None else 'not comparable'}){queue}: the extra "
-            "time was spent before its engine (HTTP server, tokenizer, host CPU, network), so it "
-            "is not reported as a slower replica")
+            f"peers' ({_ci(step, z) if step is not None else 'not comparable'}){_engine_time(v)}: "
+            "the extra time was spent before its engine (HTTP server, tokenizer, host CPU, "
+            "network), so it is not reported as a slower replica")
+
+
+def _engine_evidence(v: ReplicaVerdict, obs: Observations) -> list[Evidence]:
+    e, p = v.engine, v.peers_engine
+    if e is None or p is None:
+        return []
+    return [Evidence("engine_time_before_first_token", {
+        "queue_wait_ms": None if e.queue_wait_ms is None else round(e.queue_wait_ms, 3),
+        "prefill_ms": round(e.prefill_ms, 3),
+        "peers_queue_wait_ms": None if p.queue_wait_ms is None else round(p.queue_wait_ms, 3),
+        "peers_prefill_ms": round(p.prefill_ms, 3), "peers": ",".join(v.peers)},
+        obs.engine_time_sql or "",
+        "per request sent: the step log's waiting count x step time (Little's law: the mean wait "
+        "in its engine's queue), and the time of its steps that carried prefill")]
 
 
 def _cmp_evidence(v: ReplicaVerdict, z: float, obs: Observations) -> list[Evidence]:
@@ -191,11 +213,16 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
                        f"({tail.fleet_p99_ms:.1f} -> {tail.p99_without_ms:.1f} ms)."
                        if tail.p99_reduction is not None else "."))
     queue_txt = ""
-    if v.queued and "step" not in v.slower_on:
-        queue_txt = (f" Its engine steps are not slower, but its requests waited "
-                     f"{v.queue_wait_ms:.1f} ms in its engine's queue on average against its peers' "
-                     f"{v.peers_queue_wait_ms:.1f} ms: a scheduler limit holds them (max_num_seqs, "
-                     "max_num_batched_tokens, a full KV cache).")
+    if v.engine_explains and "step" not in v.slower_on and v.engine and v.peers_engine:
+        e, p = v.engine, v.peers_engine
+        queued = (e.queue_wait_ms or 0.0) - (p.queue_wait_ms or 0.0) >= e.prefill_ms - p.prefill_ms
+        queue_txt = (f" Its engine steps are not slower, but per request its engine queued it "
+                     f"{e.queue_wait_ms:.1f} ms and spent {e.prefill_ms:.1f} ms in steps carrying "
+                     f"prefill, against its peers' {p.queue_wait_ms:.1f} and {p.prefill_ms:.1f} ms: "
+                     + ("a scheduler limit holds its requests (max_num_seqs, max_num_batched_tokens, "
+                        "a full KV cache)." if queued else
+                        "it does more prefill work per request (prefix caching, the chunked-prefill "
+                        "budget, slower prefill kernels)."))
     cause = walk.cause
     cause_txt = (f" Telemetry: {cause.detail}." if cause else
                  " Its GPU telemetry shows nothing its peers do not." if walk.has_telemetry else
@@ -203,13 +230,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
     big = ((tail.share_above_p99 or 0) >= 0.5 or (tail.p99_reduction or 0) >= 0.2
            or (tail.share_above_p90 or 0) >= 0.6)
     ev = _cmp_evidence(v, z, obs)
-    if v.queue_wait_ms is not None and v.peers_queue_wait_ms is not None:
-        ev.append(Evidence("engine_queue_wait", {
-            "queue_wait_ms": round(v.queue_wait_ms, 3),
-            "peers_queue_wait_ms": round(v.peers_queue_wait_ms, 3), "peers": ",".join(v.peers)},
-            obs.queue_sql or "",
-            "the step log's waiting count x step time summed per replica, over the requests it "
-            "was sent (Little's law): the mean time a request waited in its engine's queue"))
+    ev.extend(_engine_evidence(v, obs))
     for m, t in tails.items():
         ev.append(Evidence(f"fleet_p99_{m}", {
             "fleet_p99_ms": None if t.fleet_p99_ms is None else round(t.fleet_p99_ms, 3),

@@ -8,9 +8,9 @@ Fleet runs of two or three replicas each, through the CLI:
 - three healthy, `--route share:2,1,1`: the first is busier (twice the requests), not slower;
   likewise shares 2:1 and 3:1 over two replicas and 1:1:4 over three (the last is busiest);
 - three healthy, round robin: no finding;
-- two healthy and one with a scheduler limit (`--max-num-seqs 2`), round robin: the limited
-  one is slower on TTFT alone, its steps as fast, and its engine's queue (the step log's
-  waiting count) says where its requests waited.
+- two healthy and one with a scheduler limit (`--max-num-seqs 2`), or one with prefix caching
+  off under shared prefixes, round robin: that one is slower on TTFT alone, its steps at equal
+  work as fast, and its engine's own time per request says why (its queue; its prefill steps).
 Small runs (short outputs, ~5 s each) keep the file well under 90 s on two shared cores.
 """
 
@@ -40,7 +40,8 @@ def engines() -> Iterator[dict[str, EngineProcess]]:
     started: dict[str, EngineProcess] = {}
     try:
         for name, extra in (("h1", ()), ("h2", ()), ("h3", ()), ("hot", THROTTLE),
-                            ("limited", ("--max-num-seqs", "2"))):
+                            ("limited", ("--max-num-seqs", "2")),
+                            ("nocache", ("--no-enable-prefix-caching",))):
             started[name] = launch([sys.executable, "-m", "reference_engine", "--port", "0",
                                     *FAST_FLAGS, *extra])
         yield started
@@ -149,30 +150,47 @@ def test_throttled_replica_is_named_slower_with_its_share_of_p99_and_the_cause(
     assert diag["findings"][0]["verdict"] == "replica_slower"  # the slowdown first, then its cause
 
 
-def test_a_scheduler_limit_is_slower_on_ttft_with_the_engines_queue_as_the_reason(
-        engines: dict[str, EngineProcess], tmp_path: Path) -> None:
-    """Its fair share, its steps as fast as its peers': the TTFT it loses is spent in its
-    engine's queue (two running at a time), which the step log shows, so it stays slower."""
-    db = tmp_path / "limited.duckdb"
-    _fleet_run(db, {"a": engines["h1"], "b": engines["h2"], "c": engines["limited"]})
+PREFIXES = ("--workload", "prefix", "--prefix-groups", "3", "--prefix-tokens", "768",
+            "--input-tokens", "uniform:32:96")
+
+
+@pytest.mark.parametrize(("engine", "extra", "cause", "why"), [
+    ("limited", (), "queue_wait_ms", "max_num_seqs"),
+    ("nocache", PREFIXES, "prefill_ms", "prefix caching"),
+], ids=["scheduler-limit", "prefix-caching-off"])
+def test_an_engine_side_ttft_slowdown_is_slower_with_the_engines_own_time_as_the_reason(
+        engines: dict[str, EngineProcess], tmp_path: Path, engine: str, extra: tuple[str, ...],
+        cause: str, why: str) -> None:
+    """Its fair share, its steps at equal work as fast as its peers': the TTFT it loses is its
+    engine's, in its queue (two running at a time) or in prefill work its peers' caches saved,
+    which the step log shows per request, so it stays slower and the finding says which."""
+    db = tmp_path / f"{engine}.duckdb"
+    i = LOAD.index("--input-tokens")
+    load = (*LOAD[:i], *LOAD[i + 2:], *extra) if extra else LOAD  # the prefix workload's own lengths
+    urls = [a for name, e in (("a", engines["h1"]), ("b", engines["h2"]), ("c", engines[engine]))
+            for a in ("--url", f"{name}={e.url}")]
+    r = infbench("run", *urls, "--db", str(db), *load, timeout=90)
+    assert r.returncode == 0, r.stderr[-2000:]
     diag = _diagnose_here(db)
     rows = {r["replica"]: r for r in diag["context"]["replicas"]}
     assert [r for r, row in rows.items() if row["slower"]] == ["c"], rows
     slow = [f for f in diag["findings"] if f["verdict"] == "replica_slower"]
     assert len(slow) == 1 and slow[0]["title"].startswith("Replica c ") and "TTFT" in slow[0]["title"]
-    lo, hi = rows["c"]["step_interval"]
-    assert lo < 1.0 < hi or hi < 1.1, rows["c"]  # its steps are not what is slow
-    ev = {e["name"]: e for e in slow[0]["evidence"]}["engine_queue_wait"]
+    assert rows["c"]["step_interval"][0] < 1.0 + 0.10, rows["c"]  # its steps are not what is slow
+    ev = {e["name"]: e for e in slow[0]["evidence"]}["engine_time_before_first_token"]
     # The evidence's SQL gives the numbers it shows.
     con = open_store(db, read_only=True)
     try:
-        waits = dict(con.execute(ev["sql"]).fetchall())
+        per = {row[0]: dict(zip(("queue_wait_ms", "prefill_ms"), row[1:], strict=True))
+               for row in con.execute(ev["sql"]).fetchall()}
     finally:
         con.close()
-    assert ev["values"]["queue_wait_ms"] == pytest.approx(waits["c"], abs=1e-3)
-    assert ev["values"]["peers_queue_wait_ms"] == pytest.approx((waits["a"] + waits["b"]) / 2, abs=1e-3)
-    assert waits["c"] > 10 * max(waits["a"], waits["b"], 0.1), waits
-    assert "queue" in slow[0]["summary"] and "max_num_seqs" in slow[0]["summary"]
+    for key in ("queue_wait_ms", "prefill_ms"):
+        assert ev["values"][key] == pytest.approx(per["c"][key], abs=1e-3)
+        assert ev["values"][f"peers_{key}"] == pytest.approx((per["a"][key] + per["b"][key]) / 2, abs=1e-3)
+    # The named cause is where c's engine spent the most beyond its peers.
+    assert per["c"][cause] > 2 * max(per["a"][cause], per["b"][cause], 0.5), per
+    assert why in slow[0]["summary"], slow[0]["summary"]
 
 
 def test_twice_the_load_is_busier_not_slower(shared_run: dict) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from playbooks.replicas.compare import judge
+from playbooks.replicas.matched import z_for
 from tests.unit.playbooks.replicas.fleet_synth import synthetic_fleet
 
 
@@ -57,11 +58,11 @@ def test_sent_more_with_slower_steps_is_slower(share: float, unmatched: float, s
 FAIR = [(1.4, 21), (1.25, 22), (1.6, 23)]
 
 
-def _fair(queued: float, seed: int, queue_ms: dict[str, float] | None):
+def _fair(queued: float, seed: int, queue_ms: dict[str, float] | None, **steps):
     rng = np.random.default_rng(seed)
     replicas = {"x": (1.0, 1.0), "y": (1.0, 1.0), "z": (1.0, 1.0)}
     return synthetic_fleet(rng, replicas, n=150, noise=0.08, second_noise=0.02,
-                           ttft_unmatched={"x": queued}, step_slowdown={}, queue_ms=queue_ms)
+                           ttft_unmatched={"x": queued}, step_slowdown={}, queue_ms=queue_ms, **steps)
 
 
 def _peer_ttft(obs) -> float:
@@ -78,8 +79,8 @@ def test_a_fair_share_slower_on_ttft_whose_engine_queued_stays_slower(queued: fl
     by = _by(obs)
     assert [r for r, v in by.items() if v.slower] == ["x"] and by["x"].slower_on == ["ttft"]
     assert not by["x"].refuted_on
-    assert by["x"].queue_wait_ms - by["x"].peers_queue_wait_ms == pytest.approx(extra)
-    assert by["x"].queued and not by["y"].queued
+    assert by["x"].engine.queue_wait_ms - by["x"].peers_engine.queue_wait_ms == pytest.approx(extra)
+    assert by["x"].engine_explains and not by["y"].engine_explains
 
 
 @pytest.mark.parametrize(("queued", "seed"), FAIR)
@@ -102,4 +103,27 @@ def test_a_fair_share_slower_on_ttft_with_steps_and_queue_as_its_peers_is_not_sl
 def test_a_fair_share_slower_on_ttft_without_the_waiting_count_stays_slower(queued: float, seed: int) -> None:
     by = _by(_fair(queued, seed, None))
     assert [r for r, v in by.items() if v.slower] == ["x"] and by["x"].slower_on == ["ttft"]
-    assert not by["x"].refuted_on and by["x"].queue_wait_ms is None
+    assert not by["x"].refuted_on and by["x"].engine is None
+
+
+# TTFT factor, seed, x's prefill-step factor that costs its requests about that TTFT.
+PREFILL = [(1.4, 31, 2.3), (1.25, 32, 1.8)]
+
+
+@pytest.mark.parametrize(("queued", "seed", "factor"), PREFILL)
+def test_a_fair_share_slower_on_ttft_whose_prefill_steps_are_slower_stays_slower(
+        queued: float, seed: int, factor: float) -> None:
+    # One step carries each request's prefill among 250 steps a second, so the pooled steps
+    # read "not slower"; no queue anywhere. The prefill steps' time per request says it.
+    obs = _fair(queued, seed, dict.fromkeys("xyz", 0.0), prefill_slowdown={"x": factor},
+                steps_per_s=250, prefill_per_request=True)
+    by = _by(obs)
+    step = by["x"].comparisons["step"]
+    z = z_for(0.05, 3 * 3)  # the playbook's: Bonferroni over replicas x metrics
+    assert step.delta + step.quantile(z) * step.se < np.log1p(0.10)  # pooled: not slower
+    assert [r for r, v in by.items() if v.slower] == ["x"] and by["x"].slower_on == ["ttft"]
+    assert not by["x"].refuted_on and by["x"].engine_explains
+    assert by["x"].engine.prefill_ms > factor * 0.8 * by["x"].peers_engine.prefill_ms
+    # The same prefill at its peers' speed: refuted, the time went before the engine.
+    obs = _fair(queued, seed, dict.fromkeys("xyz", 0.0), steps_per_s=250, prefill_per_request=True)
+    assert _by(obs)["x"].refuted_on == ["ttft"]
