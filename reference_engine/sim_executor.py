@@ -22,7 +22,9 @@ TPOT: a batch up to the largest captured size is padded to the next captured siz
 replayed (no launch cost beyond the fixed overhead); a larger batch, `enforce_eager` or
 `cudagraph_mode=NONE` runs eagerly and pays `EAGER_KERNELS_PER_LAYER` launches of
 `LAUNCH_US` per layer; `PIECEWISE` leaves attention's `PIECEWISE_EAGER_KERNELS_PER_LAYER`
-outside the graph. Steps carrying a prefill chunk are dominated by its compute; their launch
+outside the graph. A decode-only step also pays the share of its compute the weight stream
+does not hide (`infbench.specs.gpus.EXPOSED_OVERLAP`). Steps carrying a prefill chunk
+are dominated by its compute; their launch
 cost stays inside the fixed overhead. With async scheduling the fixed (host) overhead runs
 while the device computes, so a step lasts max(device, host) instead of device + host.
 Structured output's token masks (the batch's `grammar_mask_s`) are host work too: beside the
@@ -43,6 +45,7 @@ from infbench.specs.gpus import (
     DEFAULT_FLOPS_FRACTION,
     KERNELS_PER_LAYER,
     decode_kernel_floor_s,
+    exposed_overlap_s,
 )
 from infbench.specs.memory import plan_memory
 from infbench.specs.roofline import step_time
@@ -206,10 +209,13 @@ class SimExecutor:
         pcie_s = self.device.extra_transfer_s(pcie_bytes) if self.device is not None else 0.0
         draft_s = self.draft_s if self.draft_s and any(w.num_draft_tokens for w in batch.seqs) else 0.0
         lora_s, adapters = self.lora.step_seconds(batch) if self.lora is not None else (0.0, 0)
+        # A step's GEMMs do not hide all of their weight stream's time and their math's in one another.
+        exposed = exposed_overlap_s(bd.memory_s, bd.compute_s)
         device = (bd.seconds + (self.collective_factor - 1.0) * bd.comm_s + launch
-                  + self.kernel_floor_s + pcie_s + draft_s + prefill_s + lora_s)
+                  + self.kernel_floor_s + exposed + pcie_s + draft_s + prefill_s + lora_s)
         # What the step was made of, for the synthetic profiler trace (profiling.py).
         self.last_parts = {"breakdown": bd, "launch_s": launch, "device_s": device,
+                           "exposed_overlap_s": exposed,
                            "graph": bool(decode and not prefill and launch != self.eager_s),
                            "padded_rows": len(decode) - sum(1 for w in batch.seqs if w.is_decode),
                            "pcie_s": pcie_s, "pcie_bytes": pcie_bytes, "draft_s": draft_s,

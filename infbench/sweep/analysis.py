@@ -20,7 +20,8 @@ import numpy as np
 
 from infbench.slo import slo_condition_sql
 from infbench.specs import get_gpu, get_model
-from infbench.specs.gpus import decode_kernel_floor_s
+from infbench.specs.gpus import EXPOSED_OVERLAP, decode_kernel_floor_s
+from infbench.specs.roofline import step_time
 from infbench.specs.throughput import roofline_report
 from infbench.sweep.saturation import LoadPoint, knee, saturation
 
@@ -167,6 +168,13 @@ def roofline_comparison(engine: dict[str, Any], context: float, max_batch: int, 
     r = roofline_report(model, gpu, tp, weights, weights if kv == "auto" else kv,
                         context=max(int(round(context)), 1), max_num_seqs=max(max_batch, 2))
     floor_ms = decode_kernel_floor_s(model.num_layers, tp) * 1e3
+    # Below the knee each sequence adds its math, of which a real step exposes a share beside
+    # the weight stream (specs.gpus.EXPOSED_OVERLAP): a slope of its own.
+    ctx = max(int(round(context)), 1)
+    per_seq = [step_time(model, gpu, tp=tp, weight_format=weights,
+                         kv_format=weights if kv == "auto" else kv,
+                         decode_contexts=[ctx] * n).compute_s for n in (1, 2)]
+    exposed_slope_ms = EXPOSED_OVERLAP * (per_seq[1] - per_seq[0]) * 1e3
     out: dict[str, Any] = {
         "model": model.name, "gpu": gpu.name, "context": round(context),
         "roofline_intercept_ms": r.line.intercept_s * 1e3, "roofline_slope_ms": r.line.slope_s * 1e3,
@@ -175,13 +183,17 @@ def roofline_comparison(engine: dict[str, Any], context: float, max_batch: int, 
         # Per-kernel device time the roofline's bytes and FLOPs leave out; a real step pays
         # it too, so the measured line's intercept is compared with it taken off.
         "kernel_floor_ms": floor_ms,
+        "exposed_compute_slope_ms": exposed_slope_ms,
     }
     if line is not None:
         overhead = float(engine.get("step_overhead_ms") or 0.0) + floor_ms
+        # The measured line with the engine's own costs taken off: the floor and overhead from
+        # its intercept, the exposed compute from its slope.
+        slope = line.slope_ms - exposed_slope_ms
         out["measured_knee_batch"] = line.knee_batch
         out["measured_knee_batch_without_overhead"] = (
-            (line.intercept_ms - overhead) / line.slope_ms if line.slope_ms > 0 else None)
-        out["slope_ratio"] = line.slope_ms / (r.line.slope_s * 1e3)
+            (line.intercept_ms - overhead) / slope if slope > 0 else None)
+        out["slope_ratio"] = slope / (r.line.slope_s * 1e3)
         out["intercept_ratio_without_overhead"] = (line.intercept_ms - overhead) / (r.line.intercept_s * 1e3)
     return out
 

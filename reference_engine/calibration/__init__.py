@@ -56,8 +56,13 @@ def replay(sweep: dict[str, Any], prefill_factor: float = 1.0) -> dict[int, Clos
     per = sweep.get("num_prompts_per_concurrency", PROMPTS_PER_CONCURRENCY)
     levels = sorted({r["concurrency"] for r in sweep["row"]}
                     | {r["throughput_ratio_to"] for r in sweep["row"] if "throughput_ratio_to" in r})
-    return {c: run_closed_loop(config, sweep["input_len"], sweep["output_len"], c,
-                               max(c * per, MIN_PROMPTS if per == PROMPTS_PER_CONCURRENCY else 1),
+
+    def prompts(c: int) -> int:
+        if "num_prompts" in sweep:  # the same count at every concurrency, as the source sent
+            return int(sweep["num_prompts"])
+        return max(c * per, MIN_PROMPTS if per == PROMPTS_PER_CONCURRENCY else 1)
+
+    return {c: run_closed_loop(config, sweep["input_len"], sweep["output_len"], c, prompts(c),
                                executor=SimExecutor(config, prefill_factor=prefill_factor))
             for c in levels}
 

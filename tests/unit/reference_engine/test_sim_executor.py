@@ -43,11 +43,13 @@ def test_a_model_that_does_not_fit_is_refused_naming_the_setting() -> None:
 def test_step_time_is_the_roofline_of_the_batch_plus_overhead() -> None:
     ex = SimExecutor(EngineConfig(num_gpu_blocks=100, step_overhead_ms=0.7))
     batch = StepBatch(1, [work(0, 1, 99, 5), work(1, 1, 10, 2), work(2, 64, 128, 0, sample=False)])
-    expected = step_time(ex.model, ex.gpu, tp=1, prefill_chunks=[(64, 128)],
-                         decode_contexts=[100, 11]).seconds
+    bd = step_time(ex.model, ex.gpu, tp=1, prefill_chunks=[(64, 128)], decode_contexts=[100, 11])
     # 32 layers x 12 kernels x the GPU spec's 2 us floor per kernel.
     assert ex.kernel_floor_s == pytest.approx(32 * 12 * 2e-6)
-    assert ex.predict(batch) == pytest.approx(expected + ex.kernel_floor_s + 0.0007)
+    # Half the shorter of the weight stream and the math is not hidden by the longer.
+    exposed = 0.5 * min(bd.memory_s, bd.compute_s)
+    assert ex.predict(batch) == pytest.approx(bd.seconds + exposed + ex.kernel_floor_s + 0.0007)
+    assert ex.last_parts["exposed_overlap_s"] == pytest.approx(exposed) and exposed > 0
 
 
 def test_tensor_parallel_steps_pay_a_floor_for_their_all_reduce_kernels_too() -> None:
