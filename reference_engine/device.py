@@ -7,7 +7,8 @@ What it changes in behaviour, through the sim executor:
 
 - `throttle:reason=thermal|power|sw,sm_clock_mhz=N`: the SM clock is N instead of the GPU's
   maximum, so compute runs at N/max of its rate: the roofline's compute term (prefill,
-  large batches) and the per-kernel floor stretch by max/N, while the HBM-bound term
+  large batches, and the exposed share of a decode step's math) and the per-kernel floor
+  stretch by max/N, while the HBM-bound term
   (decode weights and KV reads) does not, so decode slows much less than prefill.
 - `pcie:gen=G,width=W`: the host<->device link trained at Gen G xW instead of the board's
   maximum; each step's host<->device copies (input ids and positions, block tables, slot

@@ -103,9 +103,10 @@ def step_chart(result: dict[str, Any]) -> list[Chart]:
     xs = np.linspace(1, max(line["batches"]), 50)
     series = [Series(f"measured ({line['source']})", xs, line["intercept_ms"] + line["slope_ms"] * xs)]
     if roof:
-        series.append(Series("roofline + kernel floor + engine overhead", xs, roof["roofline_intercept_ms"]
-                             + (roof.get("kernel_floor_ms") or 0.0)
-                             + (roof["engine_step_overhead_ms"] or 0.0) + roof["roofline_slope_ms"] * xs))
+        slope = roof["roofline_slope_ms"] + (roof.get("exposed_compute_slope_ms") or 0.0)
+        series.append(Series("roofline + kernel floor + exposed compute + engine overhead", xs,
+                             roof["roofline_intercept_ms"] + (roof.get("kernel_floor_ms") or 0.0)
+                             + (roof["engine_step_overhead_ms"] or 0.0) + slope * xs))
     return [Chart("Decode step time against batch", Axis("decode batch", "sequences"),
                   [Axis("step time", "ms", zero=False)], series,
                   note=f"Least-squares line from {line['source']}; the roofline's for the same model and GPU.")]

@@ -96,8 +96,9 @@ def test_half_sample_mode_of_small_samples(values: list[float]) -> None:
                           ("meta-llama/Llama-3.1-70B", "H100-SXM", 4, 3100, 0.8)])
 def test_the_sims_own_decode_steps_give_the_rooflines_knee_once_floor_and_overhead_are_off(
         model: str, gpu: str, tp: int, context: int, overhead_ms: float) -> None:
-    """The sim's decode step is the roofline plus each kernel's floor plus the fixed
-    overhead; with both taken off the measured line, its knee is the roofline's. (The floor
+    """The sim's decode step is the roofline plus each kernel's floor, the exposed half of its
+    math and the fixed overhead; with floor and overhead taken off the measured line's
+    intercept and the exposed math off its slope, its knee is the roofline's. (The floor
     left in put the knee 14% high on a quiet machine, and CI's noise did the rest.)"""
     cfg = EngineConfig(model=model, gpu=gpu, tensor_parallel_size=tp, num_gpu_blocks=4000,
                        step_overhead_ms=overhead_ms, max_num_seqs=64)
