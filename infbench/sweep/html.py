@@ -104,7 +104,7 @@ def step_chart(result: dict[str, Any]) -> list[Chart]:
     series = [Series(f"measured ({line['source']})", xs, line["intercept_ms"] + line["slope_ms"] * xs)]
     if roof:
         slope = roof["roofline_slope_ms"] + (roof.get("exposed_compute_slope_ms") or 0.0)
-        series.append(Series("roofline + kernel floor + exposed compute + engine overhead", xs,
+        series.append(Series("roofline + floor + exposed math + overhead", xs,
                              roof["roofline_intercept_ms"] + (roof.get("kernel_floor_ms") or 0.0)
                              + (roof["engine_step_overhead_ms"] or 0.0) + slope * xs))
     return [Chart("Decode step time against batch", Axis("decode batch", "sequences"),
