@@ -56,6 +56,11 @@ class Comparison:
     def ratio(self) -> float | None:
         return None if self.delta is None else float(np.exp(self.delta))
 
+    def describe(self, z: float) -> str:
+        """'x1.16 (1.01-1.34)': the ratio and its interval, or 'not comparable'."""
+        lo_hi, ratio = self.interval(z), self.ratio()
+        return f"x{ratio:.2f} ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})" if lo_hi and ratio else "not comparable"
+
     def interval(self, z: float) -> tuple[float, float] | None:
         if self.delta is None or self.se is None:
             return None

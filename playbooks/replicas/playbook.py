@@ -17,10 +17,11 @@ import duckdb
 from playbooks.context import load_context
 from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.replicas.compare import METRIC_WORDS, ReplicaVerdict, judge
+from playbooks.replicas.engine_time import engine_evidence, engine_reason, outside_engine
 from playbooks.replicas.errors import ReplicaErrors, failing_replicas
 from playbooks.replicas.fleet_tail import TailEffect, tail_effect
 from playbooks.replicas.hardware import Walk, hardware_walk
-from playbooks.replicas.matched import BIN_WIDTH, Comparison
+from playbooks.replicas.matched import BIN_WIDTH
 from playbooks.replicas.observations import Observations, load_observations
 from playbooks.replicas.plan import measurement_plan
 from playbooks.sql import fetch_one
@@ -89,7 +90,7 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
                               f"{', '.join(METRIC_WORDS[m] for m in thin)}")
     for v in verdicts:
         if v.refuted_on and not v.busier:
-            diag.notes.append(_outside_engine(v, z))
+            diag.notes.append(outside_engine(v, z))
     for v in verdicts:
         if v.slower:
             tails = {m: tail_effect(con, ctx.run_id, v.replica, m) for m in ("ttft", "tpot", "e2e")}
@@ -122,11 +123,6 @@ def _pct(x: float) -> str:
     return f"{x - 1:+.0%}"
 
 
-def _ci(c: Comparison, z: float) -> str:
-    lo_hi = c.interval(z)
-    return f"x{c.ratio():.2f} ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})" if lo_hi and c.ratio() else "not comparable"
-
-
 def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
     out: dict[str, object] = {"replica": v.replica, "slower": v.slower, "busier": v.busier,
                               "refuted_by_steps": list(v.refuted_on),
@@ -138,39 +134,6 @@ def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
         out[f"{m}_ratio"] = c.ratio()
         out[f"{m}_interval"] = list(iv) if iv else None
     return out
-
-
-def _engine_time(v: ReplicaVerdict) -> str:
-    """", and per request its engine ...": its queue wait and prefill steps against its peers'."""
-    e, p = v.engine, v.peers_engine
-    if e is None or p is None or e.queue_wait_ms is None or p.queue_wait_ms is None:
-        return ""
-    return (f", and per request its engine queued it {e.queue_wait_ms:.1f} ms and spent "
-            f"{e.prefill_ms:.1f} ms in steps carrying prefill, against its peers' "
-            f"{p.queue_wait_ms:.1f} and {p.prefill_ms:.1f} ms")
-
-
-def _outside_engine(v: ReplicaVerdict, z: float) -> str:
-    seen = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.refuted_on)
-    step = v.comparisons.get("step")
-    return (f"{v.replica}: {seen} at matched load, but its engine steps at equal work are its "
-            f"peers' ({_ci(step, z) if step is not None else 'not comparable'}){_engine_time(v)}: "
-            "the extra time was spent before its engine (HTTP server, tokenizer, host CPU, "
-            "network), so it is not reported as a slower replica")
-
-
-def _engine_evidence(v: ReplicaVerdict, obs: Observations) -> list[Evidence]:
-    e, p = v.engine, v.peers_engine
-    if e is None or p is None:
-        return []
-    return [Evidence("engine_time_before_first_token", {
-        "queue_wait_ms": None if e.queue_wait_ms is None else round(e.queue_wait_ms, 3),
-        "prefill_ms": round(e.prefill_ms, 3),
-        "peers_queue_wait_ms": None if p.queue_wait_ms is None else round(p.queue_wait_ms, 3),
-        "peers_prefill_ms": round(p.prefill_ms, 3), "peers": ",".join(v.peers)},
-        obs.engine_time_sql or "",
-        "per request sent: the step log's waiting count x step time (Little's law: the mean wait "
-        "in its engine's queue), and the time of its steps that carried prefill")]
 
 
 def _cmp_evidence(v: ReplicaVerdict, z: float, obs: Observations) -> list[Evidence]:
@@ -198,7 +161,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
     worst = max(v.slower_on, key=lambda m: (v.comparisons[m].interval(z) or (0.0, 0.0))[0])
     c = v.comparisons[worst]
     tail = tails[TAIL_OF[worst]]
-    what = ", ".join(f"{METRIC_WORDS[m]} {_ci(v.comparisons[m], z)}" for m in v.slower_on)
+    what = ", ".join(f"{METRIC_WORDS[m]} {v.comparisons[m].describe(z)}" for m in v.slower_on)
     load = (f"It is not busier: its requests met {v.load_ratio:.2f}x its peers' load. "
             if v.load_ratio is not None and v.load_ratio < options.busier_ratio else
             f"It also met {v.load_ratio:.2f}x its peers' load, but the comparison is at equal load. "
@@ -212,17 +175,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
                     + (f"; without it the fleet p99 would be {tail.p99_reduction:.0%} lower "
                        f"({tail.fleet_p99_ms:.1f} -> {tail.p99_without_ms:.1f} ms)."
                        if tail.p99_reduction is not None else "."))
-    queue_txt = ""
-    if v.engine_explains and "step" not in v.slower_on and v.engine and v.peers_engine:
-        e, p = v.engine, v.peers_engine
-        queued = (e.queue_wait_ms or 0.0) - (p.queue_wait_ms or 0.0) >= e.prefill_ms - p.prefill_ms
-        queue_txt = (f" Its engine steps are not slower, but per request its engine queued it "
-                     f"{e.queue_wait_ms:.1f} ms and spent {e.prefill_ms:.1f} ms in steps carrying "
-                     f"prefill, against its peers' {p.queue_wait_ms:.1f} and {p.prefill_ms:.1f} ms: "
-                     + ("a scheduler limit holds its requests (max_num_seqs, max_num_batched_tokens, "
-                        "a full KV cache)." if queued else
-                        "it does more prefill work per request (prefix caching, the chunked-prefill "
-                        "budget, slower prefill kernels)."))
+    queue_txt = engine_reason(v)
     cause = walk.cause
     cause_txt = (f" Telemetry: {cause.detail}." if cause else
                  " Its GPU telemetry shows nothing its peers do not." if walk.has_telemetry else
@@ -230,7 +183,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
     big = ((tail.share_above_p99 or 0) >= 0.5 or (tail.p99_reduction or 0) >= 0.2
            or (tail.share_above_p90 or 0) >= 0.6)
     ev = _cmp_evidence(v, z, obs)
-    ev.extend(_engine_evidence(v, obs))
+    ev.extend(engine_evidence(v, obs))
     for m, t in tails.items():
         ev.append(Evidence(f"fleet_p99_{m}", {
             "fleet_p99_ms": None if t.fleet_p99_ms is None else round(t.fleet_p99_ms, 3),
@@ -325,7 +278,7 @@ def _busier(v: ReplicaVerdict, z: float, obs: Observations, options: ReplicaOpti
         parts.append(f"was sent {v.request_ratio:.2f}x its peers' requests")
     if v.load_ratio is not None:
         parts.append(f"its requests met {v.load_ratio:.2f}x their load (in flight at send)")
-    same = ", ".join(f"{METRIC_WORDS[m]} {_ci(c, z)}" for m, c in v.comparisons.items() if c.delta is not None)
+    same = ", ".join(f"{METRIC_WORDS[m]} {c.describe(z)}" for m, c in v.comparisons.items() if c.delta is not None)
     if not same:  # busier for sure; slower or not, too few requests at shared loads to say
         return Finding(
             verdict="replica_busier", title=f"Replica {v.replica} is busier (not compared at equal load)",

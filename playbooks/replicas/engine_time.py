@@ -1,0 +1,59 @@
+"""What a replica's engine itself spent on a request before its first token, in words and
+evidence: the note for a TTFT slowdown its engine does not explain (compare.py refutes it), and
+the reason a slower replica's finding gives when its steps are not slower but its engine is."""
+
+from __future__ import annotations
+
+from playbooks.findings import Evidence
+from playbooks.replicas.compare import METRIC_WORDS, ReplicaVerdict
+from playbooks.replicas.observations import Observations
+
+
+def _per_request(v: ReplicaVerdict) -> str:
+    """'its engine queued it 0.0 ms and spent 4.6 ms ..., against its peers' 0.0 and 4.2 ms'."""
+    e, p = v.engine, v.peers_engine
+    if e is None or p is None or e.queue_wait_ms is None or p.queue_wait_ms is None:
+        return ""
+    return (f"per request its engine queued it {e.queue_wait_ms:.1f} ms and spent "
+            f"{e.prefill_ms:.1f} ms in steps carrying prefill, against its peers' "
+            f"{p.queue_wait_ms:.1f} and {p.prefill_ms:.1f} ms")
+
+
+def outside_engine(v: ReplicaVerdict, z: float) -> str:
+    """The run's note for a refuted TTFT slowdown of a replica sent its fair share."""
+    seen = ", ".join(f"{METRIC_WORDS[m]} {v.comparisons[m].describe(z)}" for m in v.refuted_on)
+    step = v.comparisons.get("step")
+    engine = _per_request(v)
+    return (f"{v.replica}: {seen} at matched load, but its engine steps at equal work are its "
+            f"peers' ({step.describe(z) if step is not None else 'not comparable'})"
+            + (f", and {engine}" if engine else "")
+            + ": the extra time was spent before its engine (HTTP server, tokenizer, host CPU, "
+            "network), so it is not reported as a slower replica")
+
+
+def engine_reason(v: ReplicaVerdict) -> str:
+    """For a slower replica whose steps are not slower but whose engine time before first
+    tokens is: which of the two parts says so ('' otherwise)."""
+    e, p = v.engine, v.peers_engine
+    if not v.engine_explains or "step" in v.slower_on or e is None or p is None:
+        return ""
+    queued = (e.queue_wait_ms or 0.0) - (p.queue_wait_ms or 0.0) >= e.prefill_ms - p.prefill_ms
+    return (f" Its engine steps are not slower, but {_per_request(v)}: "
+            + ("a scheduler limit holds its requests (max_num_seqs, max_num_batched_tokens, "
+               "a full KV cache)." if queued else
+               "it does more prefill work per request (prefix caching, the chunked-prefill "
+               "budget, slower prefill kernels)."))
+
+
+def engine_evidence(v: ReplicaVerdict, obs: Observations) -> list[Evidence]:
+    e, p = v.engine, v.peers_engine
+    if e is None or p is None:
+        return []
+    return [Evidence("engine_time_before_first_token", {
+        "queue_wait_ms": None if e.queue_wait_ms is None else round(e.queue_wait_ms, 3),
+        "prefill_ms": round(e.prefill_ms, 3),
+        "peers_queue_wait_ms": None if p.queue_wait_ms is None else round(p.queue_wait_ms, 3),
+        "peers_prefill_ms": round(p.prefill_ms, 3), "peers": ",".join(v.peers)},
+        obs.engine_time_sql or "",
+        "per request sent: the step log's waiting count x step time (Little's law: the mean wait "
+        "in its engine's queue), and the time of its steps that carried prefill")]
