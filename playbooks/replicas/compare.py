@@ -142,6 +142,14 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
         return EngineTime(float(np.mean([t.queue_wait_ms or 0.0 for t in known])),
                           float(np.mean([t.prefill_ms for t in known])))
 
+    def peers_ttft(peers: list[str]) -> float | None:
+        q = obs.requests
+        if not obs.n_requests:
+            return None
+        y = np.asarray(q["ttft_ms"], dtype=np.float64)[np.isin(q["replica"].astype(str), peers)]
+        y = y[np.isfinite(y)]
+        return float(np.median(y)) if len(y) else None
+
     def engine_explains(r: str, peers: list[str]) -> bool:
         """r's engine spent at least `min_effect` of its peers' TTFT more per request before
         first tokens than theirs (unknown: assume it did, so nothing is refuted)."""
@@ -150,14 +158,6 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
                 or level is None:
             return True
         return mine.total_ms - theirs.total_ms >= min_effect * level
-
-    def peers_ttft(peers: list[str]) -> float | None:
-        q = obs.requests
-        if not obs.n_requests:
-            return None
-        y = np.asarray(q["ttft_ms"], dtype=np.float64)[np.isin(q["replica"].astype(str), peers)]
-        y = y[np.isfinite(y)]
-        return float(np.median(y)) if len(y) else None
 
     def split(r: str, cmps: dict[str, Comparison], peers: list[str]) -> tuple[list[str], list[str]]:
         """(slower on, refuted on): where its own engine steps at equal work say it is not
