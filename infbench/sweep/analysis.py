@@ -165,14 +165,13 @@ def roofline_comparison(engine: dict[str, Any], context: float, max_batch: int, 
     kv = engine.get("kv_cache_dtype") or "auto"
     weights = engine.get("dtype") or "bf16"
     tp = int(engine.get("tensor_parallel_size") or 1)
-    r = roofline_report(model, gpu, tp, weights, weights if kv == "auto" else kv,
-                        context=max(int(round(context)), 1), max_num_seqs=max(max_batch, 2))
+    ctx, kv_format = max(int(round(context)), 1), weights if kv == "auto" else kv
+    r = roofline_report(model, gpu, tp, weights, kv_format, context=ctx,
+                        max_num_seqs=max(max_batch, 2))
     floor_ms = decode_kernel_floor_s(model.num_layers, tp) * 1e3
     # Below the knee each sequence adds its math, of which a real step exposes a share beside
     # the weight stream (specs.gpus.EXPOSED_OVERLAP): a slope of its own.
-    ctx = max(int(round(context)), 1)
-    per_seq = [step_time(model, gpu, tp=tp, weight_format=weights,
-                         kv_format=weights if kv == "auto" else kv,
+    per_seq = [step_time(model, gpu, tp=tp, weight_format=weights, kv_format=kv_format,
                          decode_contexts=[ctx] * n).compute_s for n in (1, 2)]
     exposed_slope_ms = EXPOSED_OVERLAP * (per_seq[1] - per_seq[0]) * 1e3
     out: dict[str, Any] = {

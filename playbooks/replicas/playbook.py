@@ -175,7 +175,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
                     + (f"; without it the fleet p99 would be {tail.p99_reduction:.0%} lower "
                        f"({tail.fleet_p99_ms:.1f} -> {tail.p99_without_ms:.1f} ms)."
                        if tail.p99_reduction is not None else "."))
-    queue_txt = engine_reason(v)
+    engine_txt = engine_reason(v)
     cause = walk.cause
     cause_txt = (f" Telemetry: {cause.detail}." if cause else
                  " Its GPU telemetry shows nothing its peers do not." if walk.has_telemetry else
@@ -204,7 +204,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
         title=f"Replica {v.replica} is slower at equal load ({METRIC_WORDS[worst]} {_pct(c.ratio() or 1)})",
         confidence=confidence, severity="critical" if big else "warning",
         summary=(f"At the same load as its peers ({', '.join(v.peers)}), {v.replica} is slower: "
-                 f"{what}. {load}{tail_txt}{queue_txt}{cause_txt}"),
+                 f"{what}. {load}{tail_txt}{engine_txt}{cause_txt}"),
         evidence=ev,
         next_actions=[f"Take {v.replica} out of rotation (or lower its weight) while it is looked at.",
                       *( [cause_action(cause.verdict)] if cause and cause.verdict else []),
