@@ -43,6 +43,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile` hands files out longest first, the real-engine files as one unit
+    (tests/support/schedule.py says why)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from tests.support.schedule import LongestFirstScheduling
+    return LongestFirstScheduling(config, log)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _store_templates_in_pytest_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
     from tests.support import stores

@@ -28,7 +28,7 @@ from tests.support.cli import closed_loop, infbench
 
 # Rank groups timed against each other: beside other xdist workers their timings are the
 # neighbours' (a 3x slow link measured 1.4x, a probe's verdict "cannot tell"), so this
-# file runs in the README's second, one-process part (`-m 'real_engine or serial'`).
+# file runs in the README's second, one-process part (`-m serial`).
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 BASE = (sys.executable, "-m", "reference_engine", "--port", "0", "--executor", "torch",

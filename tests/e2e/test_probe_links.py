@@ -20,7 +20,7 @@ from tests.support.cli import infbench
 
 # Rank groups timed against each other: beside other xdist workers their timings are the
 # neighbours' (a 3x slow link measured 1.4x, a probe's verdict "cannot tell"), so this
-# file runs in the README's second, one-process part (`-m 'real_engine or serial'`).
+# file runs in the README's second, one-process part (`-m serial`).
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 FACTORS = {"all_reduce": 1.5, "all_gather": 0.75, "reduce_scatter": 0.75, "alltoall": 0.75, "broadcast": 1.0}

@@ -3,9 +3,11 @@
 Every test here carries the `real_engine` marker (`-m 'not real_engine'` skips them). The
 server is installed by `python -m tools.real_vllm.install` (the README's test command runs
 it); where it is missing, the fixture fails with the command to run, never skips silently.
-One base server serves the whole session; tests that need other settings start their own,
-one at a time: vLLM's CPU build binds every server's worker to CPU 0, so four started side by
-side (round R11) took 173 s together at a load average of 17, no faster than one after another.
+One base server serves every test in this directory (package scope: it stops after the last
+of them); tests that need other settings start their own, one at a time: vLLM's CPU build binds
+every server's worker to CPU 0, so four started side by side (round R11) took 173 s together at
+a load average of 17, no faster than one after another. Under `--dist loadfile` the files here
+are one unit of work, run in one worker beside the rest of the suite (tests/support/schedule.py).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def start(log: Path, extra: list[str] | None = None) -> VllmServer:
     return VllmServer(log, extra_args=[*BASE_ARGS, *(extra or [])]).start()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     srv = start(tmp_path_factory.mktemp("vllm") / "server.log")
     try:
@@ -54,7 +56,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
         srv.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_changed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     srv = start(tmp_path_factory.mktemp("vllm_changed") / "server.log", CHANGED_ARGS)
     try:

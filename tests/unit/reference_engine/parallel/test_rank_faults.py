@@ -24,7 +24,7 @@ from tests.unit.reference_engine.parallel.tp_support import PROMPTS, engine, gen
 
 # Rank groups timed against each other: beside other xdist workers their timings are the
 # neighbours' (a 3x slow link measured 1.4x, a probe's verdict "cannot tell"), so this
-# file runs in the README's second, one-process part (`-m 'real_engine or serial'`).
+# file runs in the README's second, one-process part (`-m serial`).
 pytestmark = pytest.mark.serial
 
 
