@@ -137,7 +137,7 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
 
     def peers_time(peers: list[str]) -> EngineTime | None:
         known = [times[p] for p in peers if p in times]
-        if not known or len(known) < len(peers) or any(t.queue_wait_ms is None for t in known):
+        if not known or len(known) < len(peers) or any(t.total_ms is None for t in known):
             return None
         return EngineTime(float(np.mean([t.queue_wait_ms or 0.0 for t in known])),
                           float(np.mean([t.prefill_ms for t in known])))

@@ -74,19 +74,26 @@ WHERE run_id = $run_id AND replica IS NOT NULL GROUP BY replica ORDER BY replica
 # What each replica's engine itself spent on a request before its first token, per request
 # sent: the time it waited in the engine's queue (Little's law: the step log's waiting count
 # integrated over the steps' time) and the time of the steps that carried prefill. NULL wait
-# where a step has no waiting count.
+# where a step has no waiting count. steps_missing: step ids absent between the first and last
+# the run stored (the engine's ring buffer overflowed between polls); such a log undercounts
+# both parts, so it cannot say the engine spent no more than its peers.
 ENGINE_TIME_SQL = """
 WITH sent AS (
   SELECT replica, count(*) AS n FROM requests
   WHERE run_id = $run_id AND replica IS NOT NULL GROUP BY replica
+),
+logged AS (
+  SELECT replica, max(step_id) - min(step_id) + 1 - count(DISTINCT step_id) AS steps_missing
+  FROM engine_steps WHERE run_id = $run_id GROUP BY replica
 )
 SELECT s.replica,
        CASE WHEN count(*) = count(s.num_waiting)
             THEN sum(s.num_waiting * (s.end_s - s.start_s)) * 1e3 / any_value(sent.n) END
          AS queue_wait_ms,
        coalesce(sum(s.end_s - s.start_s) FILTER (WHERE s.prefill_tokens > 0), 0) * 1e3
-         / any_value(sent.n) AS prefill_ms
-FROM engine_steps s JOIN sent USING (replica)
+         / any_value(sent.n) AS prefill_ms,
+       any_value(logged.steps_missing) AS steps_missing
+FROM engine_steps s JOIN sent USING (replica) JOIN logged USING (replica)
 WHERE s.run_id = $run_id AND s.end_s > s.start_s
 GROUP BY s.replica ORDER BY s.replica
 """
@@ -98,10 +105,13 @@ class EngineTime:
 
     queue_wait_ms: float | None   # waiting in its queue (None: the log has no waiting count)
     prefill_ms: float             # in steps that carried prefill
+    steps_missing: int = 0        # step ids absent from the stored log (then no total)
 
     @property
     def total_ms(self) -> float | None:
-        return None if self.queue_wait_ms is None else self.queue_wait_ms + self.prefill_ms
+        if self.queue_wait_ms is None or self.steps_missing:
+            return None
+        return self.queue_wait_ms + self.prefill_ms
 
 
 @dataclass
@@ -133,6 +143,7 @@ def load_observations(con: duckdb.DuckDBPyConnection, run_id: str, order: list[s
                         else v.filled(None))
     tsql, sent = fetch(con, SENT_SQL, run_id=run_id)
     esql, engine = fetch(con, ENGINE_TIME_SQL, run_id=run_id)
-    times = {str(r): EngineTime(None if w is None else float(w), float(p)) for r, w, p in engine}
+    times = {str(r): EngineTime(None if w is None else float(w), float(p), int(m or 0))
+             for r, w, p, m in engine}
     return Observations(names, req, steps, rsql, ssql, {str(r): int(n) for r, n in sent}, tsql,
                         times or None, esql)

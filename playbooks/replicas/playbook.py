@@ -88,6 +88,11 @@ def diagnose_replicas(con: duckdb.DuckDBPyConnection, run_ref: str,
         if thin:
             diag.notes.append(f"{v.replica}: too few requests at loads its peers also saw to compare "
                               f"{', '.join(METRIC_WORDS[m] for m in thin)}")
+    for r, t in sorted((obs.engine_time or {}).items()):
+        if t.steps_missing:
+            diag.notes.append(f"{r}: its stored step log misses {t.steps_missing} step(s) between its "
+                              "first and last (the engine's step buffer overflowed between polls), so "
+                              "its engine's time before first tokens is not compared")
     for v in verdicts:
         if v.refuted_on and not v.busier:
             diag.notes.append(outside_engine(v, z))

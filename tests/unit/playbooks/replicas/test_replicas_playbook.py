@@ -117,3 +117,26 @@ def test_plan_with_the_real_addresses() -> None:
     assert fleet[fleet.index("--rate") + 1] == "9" and fleet[fleet.index("--burstiness") + 1] == "0.5"
     assert fleet[fleet.index("--num-requests") + 1] == "900"
     assert steps[2].count("--rate 4.5 ") == 2 and steps[2].count("--num-requests 450 ") == 2
+
+
+@pytest.mark.parametrize("dropped", [3, 17])
+def test_a_step_log_with_steps_missing_is_said_in_the_notes(tmp_path: Path, dropped: int) -> None:
+    con = new_store(tmp_path / "s.duckdb")
+    fleet = {"fleet": {"replicas": [{"name": n} for n in ("a", "b")]}}
+    _write(con, "run", fleet, ["a", "b"], {}, seed=dropped)
+    cols: dict[str, list] = {k: [] for k in ("replica", "step_id", "start_s", "end_s",
+                                             "prefill_tokens", "num_waiting")}
+    for name in ("a", "b"):
+        for i in range(400):
+            if name == "b" and 100 <= i < 100 + dropped:
+                continue  # lost between two polls of b's step log
+            for k, v in zip(cols, (name, i + 1, i * 0.025, (i + 1) * 0.025, 16 * (i % 3 == 0), 0),
+                            strict=True):
+                cols[k].append(v)
+    insert_batch(con, "run", "engine_steps", to_arrow("engine_steps", cols))
+    notes = diagnose_replicas(con, "run").notes
+    assert [n for n in notes if "step log misses" in n] == [
+        f"b: its stored step log misses {dropped} step(s) between its first and last (the engine's "
+        "step buffer overflowed between polls), so its engine's time before first tokens is not "
+        "compared"]
+    con.close()
