@@ -11,7 +11,7 @@ vLLM server and pin it to CPU 0, so they run one after another in one worker, be
 instead of after it.
 
     python -m tests.support.schedule DIR   # refresh file_seconds.json from a round's
-                                           # cpu_by_test.*.csv (tests/support/cpu_by_test.py)
+                                           # cpu_by_test.gw*.csv (tests/support/cpu_by_test.py)
 
 A file missing from the table counts its tests at the table's median seconds a test, so a new
 slow file goes out in the middle, not first; refresh the table when that matters. The order
@@ -88,9 +88,11 @@ class LongestFirstScheduling(LoadScopeScheduling):
 
 
 def table_from_round(directory: Path) -> dict[str, float]:
-    """Wall seconds per unit from a round's cpu_by_test CSVs, rounded; under a second left out."""
+    """Wall seconds per unit from the xdist workers' cpu_by_test CSVs of a round's first part
+    (`cpu_by_test.gw*.csv`; the second part's `main` file holds the serial tests, which this
+    scheduler never hands out), rounded; under a second left out."""
     seconds: dict[str, float] = defaultdict(float)
-    for f in sorted(directory.glob("cpu_by_test.*.csv")):
+    for f in sorted(directory.glob("cpu_by_test.gw*.csv")):
         with f.open(newline="") as fh:
             for row in csv.DictReader(fh):
                 seconds[unit_of(row["nodeid"])] += float(row["wall_s"])
@@ -99,12 +101,12 @@ def table_from_round(directory: Path) -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_dir():
-        print("usage: python -m tests.support.schedule DIR  (a round's cpu_by_test.*.csv)",
+        print("usage: python -m tests.support.schedule DIR  (a round's cpu_by_test.gw*.csv)",
               file=sys.stderr)
         return 2
     table = table_from_round(Path(argv[0]))
     if not table:
-        print(f"no cpu_by_test.*.csv rows in {argv[0]}", file=sys.stderr)
+        print(f"no cpu_by_test.gw*.csv rows in {argv[0]}", file=sys.stderr)
         return 2
     TABLE.write_text(json.dumps({"source": str(argv[0]), "seconds": table}, indent=1) + "\n")
     print(f"{len(table)} units, {sum(table.values()):.0f} s in all -> {TABLE}")

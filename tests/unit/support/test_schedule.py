@@ -50,8 +50,10 @@ def test_a_file_missing_from_the_table_counts_its_tests_at_the_median_rate() -> 
 def test_table_from_a_rounds_csvs_sums_wall_seconds_per_unit(tmp_path: Path) -> None:
     rows = {"gw0": [("tests/e2e/test_a.py::x", 1.0, 30.5), ("tests/e2e/test_a.py::y", 0.5, 12.0),
                     ("tests/unit/test_tiny.py::z", 0.1, 0.2)],
-            "main": [("tests/real_engine/test_m.py::m", 3.0, 40.0),
-                     ("tests/real_engine/test_n.py::n", 2.0, 25.25)]}
+            "gw3": [("tests/real_engine/test_m.py::m", 3.0, 40.0),
+                    ("tests/real_engine/test_n.py::n", 2.0, 25.25)],
+            # the second part's (serial tests, never scheduled): not counted
+            "main": [("tests/real_engine/test_m.py::serial", 3.0, 80.0)]}
     for worker, lines in rows.items():
         with (tmp_path / f"cpu_by_test.{worker}.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -72,7 +74,7 @@ def test_committed_table_names_units_that_exist_and_loads() -> None:
 def test_refresh_command_rejects_a_directory_without_csvs(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert schedule.main([str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"no cpu_by_test.*.csv rows in {tmp_path}"
+    assert capsys.readouterr().err.strip() == f"no cpu_by_test.gw*.csv rows in {tmp_path}"
     assert schedule.main([]) == 2
 
 
