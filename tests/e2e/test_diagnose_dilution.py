@@ -65,6 +65,44 @@ def within(measured: float, direct: float) -> None:
     assert abs(measured - direct) <= TOLERANCE * abs(direct), (measured, direct)
 
 
+# Seconds the host added to a run's steps: each step the engine marks host-late (it woke 20 ms
+# or more past its device deadline; such a stall is kept whole, not caught up) beyond the median
+# step of its shape (prefill tokens, decode sequences) that the host did not delay.
+HOST_EXCESS_SQL = """
+WITH s AS (
+  SELECT prefill_tokens, decode_seqs, end_s - start_s AS d,
+         coalesce(fault, '') LIKE '%host-late%' AS late
+  FROM engine_steps WHERE run_id = $run_id
+), typical AS (
+  SELECT prefill_tokens, decode_seqs, median(d) AS m FROM s WHERE NOT late GROUP BY ALL
+)
+SELECT coalesce(sum(greatest(s.d - coalesce(t.m, 0), 0)), 0)
+FROM s LEFT JOIN typical t USING (prefill_tokens, decode_seqs) WHERE s.late
+"""
+
+
+def host_slack(db: Path, runs: list[str]) -> float:
+    """How far the host's own pauses moved the throughput of these runs, summed (tokens/s):
+    each run's throughput without its host excess minus as measured."""
+    slack = 0.0
+    for run_id in runs:
+        excess = float(store_rows(db, HOST_EXCESS_SQL.replace("$run_id", f"'{run_id}'"))[0][0])
+        tokens, span = store_rows(db, "SELECT sum(output_tokens), (max(end_ns) - min(send_ns)) / 1e9 "
+                                      f"FROM requests WHERE run_id = '{run_id}' AND phase = 'measure' "
+                                      "AND error_class IS NULL")[0]
+        slack += float(tokens) / (float(span) - excess) - float(tokens) / float(span)
+    return slack
+
+
+def within_throughput(measured: float, direct: float, db: Path, runs: list[str]) -> None:
+    """`within` for a throughput effect, two runs on each side: a host that paused the engine
+    (a CI neighbour, the suite's other workers) moves a few-second run's throughput by what the
+    engine's own log says it lost, and that much is the host's, not the re-run's error (round
+    Q8: a 4 s re-run with two host-late steps read 6% below its direct twin)."""
+    slack = host_slack(db, runs)
+    assert abs(measured - direct) <= TOLERANCE * abs(direct) + slack, (measured, direct, slack)
+
+
 def test_four_times_longer_prompts_only(slow_engine: EngineProcess, tmp_path: Path) -> None:
     db = tmp_path / "d.duckdb"
     # one Poisson schedule for both (a closed loop of equal requests phase-locks: see below)
@@ -147,8 +185,14 @@ def test_two_differences_at_once(slow_engine: EngineProcess, tmp_path: Path) -> 
     base = rows[bench]
     assert base == pytest.approx(metric_of(d, "throughput", "bench"))
     direct = {"arrivals": rows[slots_only] - base, "output_lengths": rows[replies_only] - base}
+    reruns = dict(store_rows(db, "SELECT json_extract_string(config, '$.dilution.config'), run_id "
+                                 "FROM runs WHERE json_extract(config, '$.dilution') IS NOT NULL"))
+    # one at a time: each part is its re-run less the re-run baseline
+    for name in direct:
+        assert t[name] == pytest.approx(rows[reruns[name]] - rows[reruns["baseline"]], rel=1e-6)
     for name, effect in direct.items():
-        within(t[name], effect)
+        one = {"arrivals": slots_only, "output_lengths": replies_only}[name]
+        within_throughput(t[name], effect, db, [bench, one, reruns["baseline"], reruns[name]])
     check_sum(t, ["output_lengths", "arrivals"])
     assert t["gap"] < 0 and direct["arrivals"] < direct["output_lengths"] < 0
     assert d["findings"][0]["verdict"] == "dilution_arrivals"

@@ -181,10 +181,12 @@ def test_an_engine_side_ttft_slowdown_is_slower_with_the_engines_own_time_as_the
     # The evidence's SQL gives the numbers it shows.
     con = open_store(db, read_only=True)
     try:
-        per = {row[0]: dict(zip(("queue_wait_ms", "prefill_ms"), row[1:], strict=True))
+        per = {row[0]: dict(zip(("queue_wait_ms", "prefill_ms", "steps_missing"), row[1:], strict=True))
                for row in con.execute(ev["sql"]).fetchall()}
     finally:
         con.close()
+    # every step of every replica's log was stored (else nothing would have been compared)
+    assert [p["steps_missing"] for p in per.values()] == [0, 0, 0], per
     for key in ("queue_wait_ms", "prefill_ms"):
         assert ev["values"][key] == pytest.approx(per["c"][key], abs=1e-3)
         assert ev["values"][f"peers_{key}"] == pytest.approx((per["a"][key] + per["b"][key]) / 2, abs=1e-3)
