@@ -61,8 +61,21 @@ def check_sum(t: dict[str, float], parts: list[str]) -> None:
     assert details == pytest.approx(t["interaction"], abs=1e-6 * max(1.0, abs(t["gap"])))
 
 
-def within(measured: float, direct: float) -> None:
-    assert abs(measured - direct) <= TOLERANCE * abs(direct), (measured, direct)
+def within_ttft(d: dict[str, Any], part: str, db: Path, bench: str, prod: str) -> None:
+    """The re-measured mean-TTFT effect of `part` against the stored runs' gap (they differ in
+    that only), within 10% plus what the host's own pauses added to the four runs' mean TTFTs
+    by the engine's step log (`host_slack_ttft`; round R41, the suite beside a busy neighbour:
+    78 ms re-measured against a 92 ms gap)."""
+    t = table(d, "ttft_ms")
+    slack = host_slack_ttft(db, [bench, prod, *rerun_ids(db, part)])
+    assert abs(t[part] - t["gap"]) <= TOLERANCE * abs(t["gap"]) + slack, (t[part], t["gap"], slack)
+
+
+def rerun_ids(db: Path, part: str) -> list[str]:
+    """The re-runs a one-at-a-time part is the difference of: the baseline and `part`'s."""
+    tags = dict(store_rows(db, "SELECT json_extract_string(config, '$.dilution.config'), run_id "
+                               "FROM runs WHERE json_extract(config, '$.dilution') IS NOT NULL"))
+    return [tags["baseline"], tags[part]]
 
 
 # Seconds the host added to a run's steps: each step the engine marks host-late (it woke 20 ms
@@ -79,6 +92,33 @@ WITH s AS (
 SELECT coalesce(sum(greatest(s.d - coalesce(t.m, 0), 0)), 0)
 FROM s LEFT JOIN typical t USING (prefill_tokens, decode_seqs) WHERE s.late
 """
+
+
+# A step the host delayed by h seconds delays by at most h the first token of every request
+# sent before the step ended that had no first token before the delay began.
+TTFT_SLACK_SQL = """
+WITH s AS (
+  SELECT prefill_tokens, decode_seqs, end_s - start_s AS d,
+         coalesce(fault, '') LIKE '%host-late%' AS late,
+         CAST(round(end_s * 1e9) AS BIGINT) - (SELECT t0_monotonic_ns FROM runs WHERE run_id = $run_id) AS e_ns
+  FROM engine_steps WHERE run_id = $run_id
+), typical AS (
+  SELECT prefill_tokens, decode_seqs, median(d) AS m FROM s WHERE NOT late GROUP BY ALL
+), pauses AS (
+  SELECT e_ns, greatest(d - coalesce(t.m, 0), 0) AS h
+  FROM s LEFT JOIN typical t USING (prefill_tokens, decode_seqs) WHERE s.late
+), q AS (
+  SELECT send_ns, first_content_ns FROM requests
+  WHERE run_id = $run_id AND phase = 'measure' AND error_class IS NULL AND first_content_ns IS NOT NULL
+)
+SELECT coalesce(sum(p.h * 1e3), 0) / (SELECT count(*) FROM q)
+FROM pauses p JOIN q ON q.send_ns < p.e_ns AND q.first_content_ns > p.e_ns - p.h * 1e9
+"""
+
+
+def host_slack_ttft(db: Path, runs: list[str]) -> float:
+    """How far the host's own pauses moved these runs' mean TTFTs, summed (ms)."""
+    return sum(float(store_rows(db, TTFT_SLACK_SQL.replace("$run_id", f"'{r}'"))[0][0]) for r in runs)
 
 
 def host_slack(db: Path, runs: list[str]) -> float:
@@ -115,7 +155,7 @@ def test_four_times_longer_prompts_only(slow_engine: EngineProcess, tmp_path: Pa
     t = table(d, "ttft_ms")
     direct = t["gap"]  # the two runs differ in the prompts' lengths only
     assert direct > 50
-    within(t["input_lengths"], direct)
+    within_ttft(d, "input_lengths", db, bench, prod)
     check_sum(t, ["input_lengths"])
     assert d["findings"][0]["verdict"] == "dilution_input_lengths"
     # the re-runs are stored, tagged with their session and what they swapped
@@ -146,7 +186,7 @@ def test_half_the_prefix_share_only(slow_engine: EngineProcess, tmp_path: Path) 
         ev["prefix_share_benchmark"]["share"] / 2, rel=0.1)
     t = table(d, "ttft_ms")
     assert t["gap"] > 50
-    within(t["prefix_share"], t["gap"])
+    within_ttft(d, "prefix_share", db, bench, prod)
     check_sum(t, ["prefix_share"])
     assert d["findings"][0]["verdict"] == "dilution_prefix_share"
 
@@ -161,7 +201,7 @@ def test_bursty_arrivals_only(slow_engine: EngineProcess, tmp_path: Path) -> Non
     assert d["context"]["differing"] == ["arrivals"]
     t = table(d, "ttft_ms")
     assert t["gap"] > 50
-    within(t["arrivals"], t["gap"])
+    within_ttft(d, "arrivals", db, bench, prod)
     check_sum(t, ["arrivals"])
     assert d["findings"][0]["verdict"] == "dilution_arrivals"
 
