@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.engine_process import running_engine
 from tests.support.cli import closed_loop, infbench
+from tests.support.host_pauses import STALL_VERDICTS as HOST_STALLS
 from tests.support.host_pauses import host_late_steps, hosts_stall
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -112,7 +113,14 @@ def test_memory_growth_is_the_headline(tmp_path: Path) -> None:
     with running_engine("--fault", "memory-growth:bytes_per_request=1618033") as engine:
         _run(db, *closed_loop(220, 12, "72", "28"), url=engine.url)
     rc, doc = _triage(db)
-    assert rc == 1 and _head(doc)["verdict"] == "memory_growth_per_request", _head(doc)
+    # A stall that lies wholly on steps the engine marks host-late is the host's (round R44,
+    # beside a busy neighbour: an engine-wide stall owning the p99 gaps headed it, rightly);
+    # among the rest, the injected growth comes first.
+    late = host_late_steps(db)
+    acted = [r for r in doc["context"]["ranked"] if r["severity"] != "info"
+             and not hosts_stall(r["verdict"], doc["findings"][r["finding"]].get("scope"), late)]
+    assert rc == 1 and acted and acted[0]["verdict"] == "memory_growth_per_request", doc["context"]["ranked"]
+    assert _head(doc)["verdict"] in {"memory_growth_per_request", *HOST_STALLS}, _head(doc)
     assert "memory" in doc["context"]["playbooks_run"]
 
 
