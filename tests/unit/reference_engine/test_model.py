@@ -15,18 +15,26 @@ from reference_engine.model import (
 CONFIG = MODEL_PRESETS["tiny-llama"]
 
 
-def test_rotary_embedding_scores_depend_only_on_relative_position() -> None:
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rotary_embedding_scores_depend_only_on_relative_position(seed: int) -> None:
     model = TinyLlama(CONFIG, dtype=torch.float64)
-    q = torch.randn(1, 1, CONFIG.head_dim, dtype=torch.float64)
-    k = torch.randn(1, 1, CONFIG.head_dim, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 1, CONFIG.head_dim, dtype=torch.float64, generator=gen)
+    k = torch.randn(1, 1, CONFIG.head_dim, dtype=torch.float64, generator=gen)
 
     def score(q_pos: int, k_pos: int) -> float:
         cos_q, sin_q = model.rope_tables(torch.tensor([q_pos]))
         cos_k, sin_k = model.rope_tables(torch.tensor([k_pos]))
         return float((apply_rope(q, cos_q, sin_q) * apply_rope(k, cos_k, sin_k)).sum())
 
-    assert score(7, 3) == pytest.approx(score(104, 100), rel=1e-9)
-    assert score(7, 3) != pytest.approx(score(7, 4), rel=1e-3)
+    for shift in (1, 97, 1000):
+        for rel in (0, 3, 11):
+            assert score(7 + rel + shift, 7 + shift) == pytest.approx(score(7 + rel, 7), rel=1e-9)
+    # ...and on the relative position: over eight distances the scores are (all but by a
+    # chance near-coincidence of two of them, round Q10: 0.04% apart) different
+    by_distance = [score(20 + d, 20) for d in range(8)]
+    distinct = {round(x / max(abs(y) for y in by_distance), 6) for x in by_distance}
+    assert len(distinct) >= 7, by_distance
 
 
 def test_full_forward_is_causal() -> None:
