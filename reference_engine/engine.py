@@ -294,11 +294,16 @@ class Engine:
                                  bd.memory_s if bd is not None else 0.0,
                                  parts.get("pcie_bytes", 0.0), end)
         t1 = time.monotonic()
-        self._emit(self.scheduler.update(out, sampled, end))
+        produced = self.scheduler.update(out, sampled, end)
         host_s += time.monotonic() - t1
         if out.scheduled:
             self.profiler.record(step_id, start, end, out.batch)
-        return self._record(step_id, start, end, out, stall > 0, host_s, late >= HOST_LATE_S)
+        # The step is in the log before any client gets its tokens: a reader of /engine/steps
+        # who has seen a response end finds the step that ended it (round R49: on a saturated
+        # host the engine thread lost the CPU between the two, and the log lagged one step).
+        record = self._record(step_id, start, end, out, stall > 0, host_s, late >= HOST_LATE_S)
+        self._emit(produced)
+        return record
 
     # ---- step helpers ---------------------------------------------------------------------
     def _intake(self) -> None:

@@ -158,6 +158,30 @@ def test_step_log_records_and_ring_buffer(fake_executor: type) -> None:
     assert [r["step_id"] for r in eng.steps_since(last_id - 2)] == [last_id - 1, last_id]
 
 
+@pytest.mark.parametrize(("prompt", "max_tokens"), [(5, 3), (40, 9)])
+def test_every_output_finds_its_step_already_in_the_log(fake_executor: type, prompt: int,
+                                                        max_tokens: int) -> None:
+    """A client that has seen tokens (here, at the moment they are handed over) finds the step
+    that made them in the step log: the log is never behind what clients see (round R49: a
+    profile test read the log right after a response and missed the step that ended it)."""
+    eng = engine(fake_executor)
+    running = [0]  # id of the step being run
+    seen: list[tuple[int, bool]] = []  # per output: its tokens, whether its step was logged
+
+    def check(out: RequestOutput) -> None:
+        logged = eng.steps_since(running[0] - 1)
+        seen.append((len(out.new_token_ids), [r["step_id"] for r in logged] == [running[0]]))
+
+    eng.add_request("a", list(range(prompt)), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                    check)
+    while True:
+        running[0] = eng.stats().num_steps + 1
+        if eng.step() is None:
+            break
+    assert sum(n for n, _ in seen) == max_tokens
+    assert all(ok for _, ok in seen), seen
+
+
 def test_step_record_describes_the_step(fake_executor: type) -> None:
     eng = engine(fake_executor)
     eng.add_request("a", list(range(3)), SamplingParams(max_tokens=5), Collector())
