@@ -260,6 +260,11 @@ class Engine:
         t0 = time.monotonic()
         self._intake()
         step_id = self._step_id + 1
+        # Again after the intake: a /start_profile answered after the loop's own poll, and a
+        # request its client sent after that answer, would otherwise meet in a step the
+        # profile misses (round R51 beside the neighbour: the engine thread lost the CPU
+        # between the two, and the profile began one step after the request's first).
+        self.profiler.poll(step_id)
         if self.device.lost():
             self._device_lost()
             return None
