@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from tests.e2e.engine_process import running_engine
-from tests.support.cli import closed_loop, infbench
+from tests.support.cli import closed_loop, infbench, triage
 from tests.support.host_pauses import STALL_VERDICTS as HOST_STALLS
 from tests.support.host_pauses import host_late_steps, hosts_stall
 
@@ -28,12 +28,6 @@ def _run(db: Path, *args: str, engine: tuple[str, ...] = (), url: str | None = N
     assert r.returncode == expect_rc, r.stderr[-2000:]
 
 
-def _triage(db: Path, *extra: str) -> tuple[int, dict]:
-    r = infbench("diagnose", "last", "--db", str(db), "--json", *extra, timeout=180)
-    assert r.returncode in (0, 1), r.stderr[-2000:]
-    return r.returncode, json.loads(r.stdout)
-
-
 def _head(doc: dict) -> dict:
     return doc["context"]["headline"]
 
@@ -42,7 +36,7 @@ def test_periodic_stall_is_the_headline_with_its_share_of_the_tail(tmp_path: Pat
     db = tmp_path / "p.duckdb"
     _run(db, *closed_loop(90, 5, "uniform:300:2400", "uniform:25:80"),
          engine=("--fault", "periodic-stall:every_s=0.8,duration_ms=120"))
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] in ("periodic_engine_stall", "engine_wide_stall"), head
     assert head["playbook"] == "stalls" and head["damage"]["itl_p99_share"] >= 0.5, head
@@ -55,7 +49,7 @@ def test_hung_engine_is_engine_stopped_with_the_stacks_the_live_watch_took(tmp_p
     db = tmp_path / "hw.duckdb"
     _run(db, *closed_loop(14, 5, "uniform:50:110", "70"), "--timeout", "4",
          engine=("--fault", "hang:at_step=120"), expect_rc=1)
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] == "engine_stopped", head
     # One command: the capture taken during the stop is linked, so the hang playbook ran and
@@ -76,7 +70,7 @@ def test_a_hang_after_engine_wide_stalls_heads_them(tmp_path: Path) -> None:
     _run(db, *closed_loop(16, 5, "uniform:50:110", "70"), "--timeout", "4",
          engine=("--fault", "periodic-stall:every_s=0.3,duration_ms=90", "--fault", "hang:at_step=140"),
          expect_rc=1)
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] == "engine_stopped", head
     ranked = [(f["verdict"], f["severity"]) for f in doc["context"]["ranked"]]
@@ -93,7 +87,7 @@ def test_hung_engine_without_the_watch_names_the_missing_capture(tmp_path: Path)
     db = tmp_path / "h.duckdb"
     _run(db, *closed_loop(10, 4, "uniform:70:130", "90"), "--timeout", "3", "--no-watch",
          engine=("--fault", "hang:at_step=150"), expect_rc=1)
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] == "engine_stopped" and head["severity"] == "critical", head
     assert head["damage"]["requests_lost"] >= 4, head
@@ -112,7 +106,7 @@ def test_memory_growth_is_the_headline(tmp_path: Path) -> None:
     db = tmp_path / "m.duckdb"
     with running_engine("--fault", "memory-growth:bytes_per_request=1618033") as engine:
         _run(db, *closed_loop(220, 12, "72", "28"), url=engine.url)
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     # A stall that lies wholly on steps the engine marks host-late is the host's (round R44,
     # beside a busy neighbour: an engine-wide stall owning the p99 gaps headed it, rightly);
     # among the rest, the injected growth comes first.
@@ -129,7 +123,7 @@ def test_kv_exhaustion_joins_the_memory_and_stall_findings_as_one_incident(tmp_p
     with running_engine("--num-gpu-blocks", "150", "--block-size", "16") as engine:
         _run(db, "--arrival", "closed", "--concurrency", "12", "--duration", "6",
              "--input-tokens", "96", "--output-tokens", "320", url=engine.url)
-    rc, doc = _triage(db, "--markdown", str(tmp_path / "t.md"))
+    rc, doc = triage(db, "--markdown", str(tmp_path / "t.md"))
     verdicts = [r["verdict"] for r in doc["context"]["ranked"]]
     assert rc == 1 and "kv_cache_exhausted" in verdicts, doc["context"]["ranked"]
     assert _head(doc)["verdict"] in ("kv_cache_exhausted", "preemption_stall"), _head(doc)
@@ -154,7 +148,7 @@ def test_healthy_run_is_no_problem_found_with_exit_0(tmp_path: Path, neighbour: 
         assert con.execute("SELECT count(*) FROM watch_triggers").fetchone() == (0,)
     finally:
         con.close()
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     # Nothing to act on, but for pauses the host itself made (tests/support/host_pauses.py)
     late = host_late_steps(db)
     acted = [f for f in doc["findings"]
@@ -184,7 +178,7 @@ def test_throttled_replica_in_a_fleet_is_the_headline(tmp_path: Path) -> None:
                      "--input-tokens", "uniform:160:480", "--output-tokens", "uniform:40:90", "--seed", "5",
                      timeout=240)
         assert r.returncode == 0, r.stderr[-2000:]
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] == "replica_slower" and head["playbook"] == "replicas", head
     slower = next(r for r in doc["context"]["ranked"] if r["verdict"] == "replica_slower")
@@ -196,7 +190,7 @@ def test_throttled_replica_in_a_fleet_is_the_headline(tmp_path: Path) -> None:
 def test_a_batch_cap_below_the_load_is_found_by_the_config_playbook(tmp_path: Path) -> None:
     db = tmp_path / "cap.duckdb"
     _run(db, *closed_loop(30, 8, "uniform:90:280", "55"), engine=("--max-num-seqs", "3"))
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     assert rc == 1 and "config" in doc["context"]["playbooks_run"], doc["context"]["playbooks_run"]
     cap = next(f for f in doc["findings"] if f["verdict"] == "batch_capped_by_max_num_seqs")
     assert cap["severity"] == "warning" and "max_num_seqs=3 (set)" in cap["summary"], cap["summary"]
@@ -212,7 +206,7 @@ def test_a_slow_device_is_named_by_its_bandwidth(tmp_path: Path) -> None:
     # playbook's uniform slowdown against the roofline, never a stall or "no problem".
     db = tmp_path / "sd.duckdb"
     _run(db, *closed_loop(26, 6, "uniform:110:250", "95"), engine=("--fault", "slow-device:factor=1.7"))
-    rc, doc = _triage(db)
+    rc, doc = triage(db)
     head = _head(doc)
     assert rc == 1 and head["verdict"] in ("decode_mbu", "uniform_slowdown"), head
     assert head["severity"] == "warning", head
