@@ -19,6 +19,7 @@ import pytest
 from tests.e2e.engine_process import EngineProcess, running_engine
 from tests.support.cli import closed_loop, infbench
 from tests.support.host_pauses import host_pauses_sql
+from tests.support.paired_jitter import jitter_se
 from tests.support.store_rows import store_rows
 
 pytestmark = pytest.mark.e2e
@@ -66,10 +67,27 @@ def within_ttft(d: dict[str, Any], part: str, db: Path, bench: str, prod: str) -
     """The re-measured mean-TTFT effect of `part` against the stored runs' gap (they differ in
     that only), within 10% plus what the host's own pauses added to the four runs' mean TTFTs
     by the engine's step log (`host_slack_ttft`; round R41, the suite beside a busy neighbour:
-    78 ms re-measured against a 92 ms gap)."""
+    78 ms re-measured against a 92 ms gap), plus two standard errors of the batching jitter
+    between each re-run and its stored twin (`jitter_se`).
+
+    Each re-run replays its twin's schedule (the baseline's twin is the benchmark, the part's
+    the production run: checked here, request for request), so what is left between them is
+    which requests of a burst a step took in, decided by sub-millisecond timing and
+    multiplied by the queue: on the bursty test, five production runs of one schedule read
+    mean TTFTs 322 (CI, quiet) to 355 ms (two spinning neighbours), a run-to-run spread about
+    a third of the 10% band, so the band alone failed about one round in ten (CI on 6491245:
+    245.6 ms re-measured against a 221.7 ms gap, no host-late step). The jitter's standard
+    error, measured: 0.9 ms on an idle host, 3.5 and 11.2 beside two spinning neighbours
+    (where the re-measured effect and the gap were 3.8 and 8.4 ms apart). A wrong re-run moves
+    its bursts apart from its twin's too, so its error inflates the bound: re-runs with 15%
+    longer prompts read 57 ms over the gap, caught against a bound of 43 ms (three errors
+    would have let a 20% error by)."""
     t = table(d, "ttft_ms")
-    slack = host_slack_ttft(db, [bench, prod, *rerun_ids(db, part)])
-    assert abs(t[part] - t["gap"]) <= TOLERANCE * abs(t["gap"]) + slack, (t[part], t["gap"], slack)
+    baseline, swapped = rerun_ids(db, part)
+    slack = host_slack_ttft(db, [bench, prod, baseline, swapped])
+    se = math.hypot(jitter_se(db, bench, baseline), jitter_se(db, prod, swapped))
+    bound = TOLERANCE * abs(t["gap"]) + slack + 2 * se
+    assert abs(t[part] - t["gap"]) <= bound, (t[part], t["gap"], slack, se)
 
 
 def rerun_ids(db: Path, part: str) -> list[str]:
