@@ -322,7 +322,12 @@ def test_a_host_that_stops_the_engine_once_is_found_and_marked_host_late(
     assert the_hosts(wide[0].scope.get("windows_s"), host_late_steps(db))
     gap = float(evidence(diag, "engine_wide_stall", "engine_wide_stalls")["max_gap_ms"])
     assert stops[0] >= pause_s
-    assert stops[0] * 1e3 <= gap <= stops[0] * 1e3 + 150
+    # The stop is at least what the pauser measured; after SIGCONT a saturated host may run
+    # the engine later still (round R53 beside a busy neighbour: stopped 240 ms, the longest
+    # gap 403 ms). The engine's step log has the whole pause the host made: the host-late
+    # step the stop lay in lasted from before the stop until the engine ran again.
+    host_ms = max((e - s for s, e in host_late_steps(db)), default=0.0) * 1e3
+    assert stops[0] * 1e3 <= gap <= max(stops[0] * 1e3, host_ms) + 150, (gap, stops[0], host_ms)
     if int(evidence(diag, "engine_wide_stall", "engine_wide_stalls")["events"]) == 1:
         assert wide[0].severity == "info"
     assert injected(diag, db) == []
