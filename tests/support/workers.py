@@ -12,9 +12,14 @@ fifth was measured to starve a timing client (round R41: the client's event loop
 on average against 9 ms in its stored twin), so a busy host keeps four.
 
 "Quiet" is read from the kernel's own counters (/proc/stat) over a short sample before any
-worker starts: less than a quarter of all CPU time busy. A host that cannot be read counts as
-busy (the smaller number). The count changes how many tests run at once, never which run or
-what they check.
+worker starts: less than a quarter of all CPU time busy, not counting the real vLLM's own
+install, which the test command started in the background a minute earlier and which ends in
+the part's first minute (round Q11: still installing when the sample ran, the host read 50%
+busy with nothing else on it). That install is a session of its own
+(`python -m tools.real_vllm.install --holding-lock` leads it); its processes' CPU, and that of
+the children it reaped, is read from /proc/PID/stat and taken off. A host that cannot be read
+counts as busy (the smaller number). The count changes how many tests run at once, never
+which run or what they check.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 QUIET_BELOW = 0.25
@@ -60,13 +66,70 @@ def workers(cpus: int, busy: float | None) -> int:
     return max(1, min(MAX_WORKERS, PER_CPU * cpus + (1 if quiet else 0)))
 
 
-def sample_busy(seconds: float = SAMPLE_S, stat: Path = Path("/proc/stat")) -> float | None:
+def _stat_fields(pid_dir: Path) -> list[str]:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses)."""
+    return (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()
+
+
+def is_own_install(cmdline: bytes) -> bool:
+    return b"tools.real_vllm.install\0--holding-lock" in cmdline
+
+
+def own_sessions(proc: Path = Path("/proc"), own: Callable[[bytes], bool] = is_own_install) -> set[int]:
+    """Session ids led by a process `own` recognises by its command line."""
+    found = set()
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if own((d / "cmdline").read_bytes()) and int(_stat_fields(d)[3]) == int(d.name):
+                found.add(int(d.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def session_ticks(sessions: set[int], proc: Path = Path("/proc")) -> int:
+    """CPU ticks of every process in `sessions`: its own user+system time and that of the
+    children it reaped (a pip step that ended moves from its own line to its parent's)."""
+    total = 0
+    if not sessions:
+        return 0
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = _stat_fields(d)
+            if int(fields[3]) in sessions:
+                total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def sample(seconds: float = SAMPLE_S, stat: Path = Path("/proc/stat"), proc: Path = Path("/proc"),
+           own: Callable[[bytes], bool] = is_own_install) -> tuple[float, float]:
+    """(the busy share of all CPU time over `seconds`, the share of it the sessions `own`
+    recognises spent). Raises OSError or ValueError when the counters cannot be read."""
+    sessions = own_sessions(proc, own)
+    before, own_before = stat.read_text(), session_ticks(sessions, proc)
+    time.sleep(seconds)
+    after, own_after = stat.read_text(), session_ticks(sessions, proc)
+    busy = busy_fraction(before, after)
+    span = cpu_times(after)[1] - cpu_times(before)[1]
+    # a session leader that exits mid-sample takes its ticks with it: then nothing is taken off
+    return busy, min(busy, max(0, own_after - own_before) / span)
+
+
+def sample_busy(seconds: float = SAMPLE_S, stat: Path = Path("/proc/stat"), proc: Path = Path("/proc"),
+                own: Callable[[bytes], bool] = is_own_install) -> float | None:
+    """The busy share of the host over `seconds`, less what the sessions `own` recognises
+    spent in it; None when the counters cannot be read."""
     try:
-        before = stat.read_text()
-        time.sleep(seconds)
-        return busy_fraction(before, stat.read_text())
+        busy, ours = sample(seconds, stat, proc, own)
     except (OSError, ValueError):
         return None
+    return busy - ours
 
 
 def main() -> int:
