@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.workers import busy_fraction, cpu_times, is_own_install, sample, sample_busy, workers
+from tests.support.workers import (
+    busy_fraction,
+    cpu_times,
+    is_own_install,
+    sample,
+    sample_busy,
+    workers,
+)
 
 # user nice system idle iowait irq softirq steal guest guest_nice
 BEFORE = "cpu  100 0 50 800 50 0 0 0 7 0\ncpu0 50 0 25 400 25 0 0 0 7 0\nintr 1 2 3\n"
