@@ -3,7 +3,7 @@
 `pyarrow.array` asks, for every input, whether it is a pandas object, and the first time it
 asks it imports pandas: ~0.4 s of CPU and 60 MB, in every `infbench run` (the store writer's
 first batch) although nothing here ever holds a pandas object. `array(values, type)` builds the
-store's column types (integers, doubles, booleans, text) from their buffers instead, and hands
+store's column types (integers, doubles, booleans, text, naive timestamps) from their buffers instead, and hands
 anything else (another type, a value of an unexpected kind, an out-of-range integer) to
 `pyarrow.array`, so results and errors are pyarrow's own. Once pandas is imported anyway,
 `pyarrow.array` is used as is.
@@ -12,6 +12,7 @@ anything else (another type, a value of an unexpected kind, an out-of-range inte
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,8 @@ _INTS = {pa.int64(): np.int64, pa.int32(): np.int32, pa.int16(): np.int16, pa.in
 
 
 _NARROW = (np.int32, np.int16, np.int8)
+_EPOCH = datetime(1970, 1, 1)
+_PER_US = {"us": 1, "ns": 1000}  # exact from a datetime's microseconds; ms and s round: pyarrow's
 
 
 class _Unsupported(Exception):
@@ -69,6 +72,11 @@ def _build(values: Any, type: pa.DataType) -> pa.Array:  # noqa: A002
             raise _Unsupported
         bits = _filled(present, valid, nulls, np.bool_)
         return pa.Array.from_buffers(type, n, [_validity(valid, nulls), _bits(bits)], nulls)
+    elif pa.types.is_timestamp(type) and type.tz is None and type.unit in _PER_US:
+        if any(v.__class__ is not datetime or v.tzinfo is not None for v in present):
+            raise _Unsupported  # aware datetimes, dates, NumPy or pandas stamps: pyarrow converts
+        scale = _PER_US[type.unit]
+        data = _filled([_micros(v) * scale for v in present], valid, nulls, np.int64)
     elif type == pa.string():
         if any(v.__class__ is not str for v in present):
             raise _Unsupported
@@ -87,6 +95,12 @@ def _build(values: Any, type: pa.DataType) -> pa.Array:  # noqa: A002
     else:
         raise _Unsupported
     return pa.Array.from_buffers(type, n, [_validity(valid, nulls), pa.py_buffer(data)], nulls)
+
+
+def _micros(v: datetime) -> int:
+    """Microseconds since 1970-01-01 of a naive datetime, as pyarrow reads one (its wall clock)."""
+    d = v - _EPOCH
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
 def _filled(present: list[Any], valid: list[bool], nulls: int, dtype: Any) -> np.ndarray:
