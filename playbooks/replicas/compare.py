@@ -17,8 +17,12 @@ is as fast, and what the client saw at "matched" load is load the concurrency at
 not capture (a higher arrival rate puts more prefill into the steps a request waits on). It
 is busier, with the refuted metrics kept (`refuted_on`) for its finding to say so.
 
-A replica sent its fair share whose TTFT alone is slower while its steps are as fast is slower
-only if its engine's own time before first tokens says so. Per request sent, the step log
+A replica whose TTFT alone is slower is slower only if its engine's own time before first
+tokens says so, whatever its share and whether or not its pooled step interval can tell (round
+R60 beside a busy neighbour: a replica sent 3x its peers' requests read TTFT x1.46 at matched
+concurrency, its steps 1.09 (0.83-1.43), inconclusive, while its queue wait (0 ms) and prefill
+time per request (5.277 ms against 5.273) were its peers': its front end, serving three times
+the requests on a saturated host, took the time). Per request sent, the step log
 gives the time a request waited in the engine's queue (the waiting count integrated over the
 steps' time, Little's law: a scheduler limit such as max_num_seqs or a full KV cache queues
 requests without slowing a step) and the time of the steps that carried prefill (more prefill
@@ -59,6 +63,7 @@ class ReplicaVerdict:
     engine: EngineTime | None = None         # its engine's time per request before first tokens
     peers_engine: EngineTime | None = None   # its peers' mean of the same
     engine_explains: bool = False            # that time exceeds its peers' by min_effect of TTFT
+    refuted_by: str = ""  # "engine_time": its time before first tokens; "steps": its steps at equal work
 
     @property
     def slower(self) -> bool:
@@ -159,19 +164,19 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
             return True
         return mine.total_ms - theirs.total_ms >= min_effect * level
 
-    def split(r: str, cmps: dict[str, Comparison], peers: list[str]) -> tuple[list[str], list[str]]:
-        """(slower on, refuted on): where its own engine steps at equal work say it is not
-        slower, a client-side slowdown of a replica the router sent more is refuted, and a
-        TTFT-only slowdown of one sent its fair share is refuted unless its engine's own time
-        before first tokens explains it."""
+    def split(r: str, cmps: dict[str, Comparison], peers: list[str]) -> tuple[list[str], list[str], str]:
+        """(slower on, refuted on, refuted by): a TTFT-only slowdown is refuted unless its
+        engine's own time before first tokens explains it ("engine_time"; an unknown engine
+        time explains it); otherwise, where its engine steps at equal work say it is not
+        slower, a client-side slowdown of a replica the router sent more is refuted ("steps")."""
         hits = hits_on(cmps)
-        if not hits or not steps_say_not_slower(cmps):
-            return hits, []
-        if (request_ratio(r, peers) or 0.0) >= busier_ratio:
-            return [], hits
+        if not hits:
+            return [], [], ""
         if hits == ["ttft"] and not engine_explains(r, peers):
-            return [], hits
-        return hits, []
+            return [], hits, "engine_time"
+        if steps_say_not_slower(cmps) and (request_ratio(r, peers) or 0.0) >= busier_ratio:
+            return [], hits, "steps"
+        return hits, [], ""
 
     everyone = {r: [p for p in replicas if p != r] for r in replicas}
     first = _pass(inputs, replicas, everyone)
@@ -182,8 +187,8 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
     verdicts = []
     for r in replicas:
         cmps = second[r]
-        slower, refuted = split(r, cmps, peers_of[r])
-        v = ReplicaVerdict(r, cmps, slower, refuted, peers=peers_of[r])
+        slower, refuted, by = split(r, cmps, peers_of[r])
+        v = ReplicaVerdict(r, cmps, slower, refuted, peers=peers_of[r], refuted_by=by)
         ttft = cmps.get("ttft")
         v.load_ratio = ttft.load_ratio if ttft is not None else None
         v.request_ratio = request_ratio(r, peers_of[r])

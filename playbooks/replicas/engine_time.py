@@ -1,5 +1,6 @@
 """What a replica's engine itself spent on a request before its first token, in words and
-evidence: the note for a TTFT slowdown its engine does not explain (compare.py refutes it), and
+evidence: the note for a TTFT slowdown its engine does not explain (compare.py refutes it), the
+reason a busier replica's finding gives for a refuted slowdown, and
 the reason a slower replica's finding gives when its steps are not slower but its engine is."""
 
 from __future__ import annotations
@@ -20,15 +21,35 @@ def _per_request(v: ReplicaVerdict) -> str:
 
 
 def outside_engine(v: ReplicaVerdict, z: float) -> str:
-    """The run's note for a refuted TTFT slowdown of a replica sent its fair share."""
+    """The run's note for a TTFT slowdown its engine's own time before first tokens does not
+    explain, of a replica not called busier."""
     seen = ", ".join(f"{METRIC_WORDS[m]} {v.comparisons[m].describe(z)}" for m in v.refuted_on)
+    return (f"{v.replica}: {seen} at matched load, but {_engine_account(v, z, 'it')}: the extra "
+            "time was spent before its engine (HTTP server, tokenizer, host CPU, network), so it "
+            "is not reported as a slower replica")
+
+
+def refutation(v: ReplicaVerdict, z: float) -> str:
+    """Why a busier replica's client-side slowdown at matched load was refuted, for its finding."""
+    seen = " and ".join(METRIC_WORDS[m] for m in v.refuted_on)
+    if v.refuted_by == "engine_time":
+        account = _engine_account(v, z, f"its higher {seen} at matched concurrency")
+        return (f"{account[0].upper()}{account[1:]}: that time was spent before its engine, on the "
+                "load it was sent, not in a slower engine.")
+    step = v.comparisons.get("step")
+    return (f"Its engine steps at equal work are as fast as its peers' "
+            f"({step.describe(z) if step is not None else 'not comparable'}): the higher {seen} at "
+            "matched concurrency is the load it was sent, not a slower engine.")
+
+
+def _engine_account(v: ReplicaVerdict, z: float, what: str) -> str:
+    """'its engine's own time before first tokens does not explain WHAT (per request ...); its
+    engine steps at equal work: x1.09 (...)'."""
     step = v.comparisons.get("step")
     engine = _per_request(v)
-    return (f"{v.replica}: {seen} at matched load, but its engine steps at equal work are its "
-            f"peers' ({step.describe(z) if step is not None else 'not comparable'})"
-            + (f", and {engine}" if engine else "")
-            + ": the extra time was spent before its engine (HTTP server, tokenizer, host CPU, "
-            "network), so it is not reported as a slower replica")
+    return (f"its engine's own time before first tokens does not explain {what}"
+            + (f" ({engine})" if engine else "")
+            + f"; its engine steps at equal work: {step.describe(z) if step is not None else 'not comparable'}")
 
 
 def engine_reason(v: ReplicaVerdict) -> str:

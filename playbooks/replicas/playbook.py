@@ -17,7 +17,12 @@ import duckdb
 from playbooks.context import load_context
 from playbooks.findings import Diagnosis, Evidence, Finding
 from playbooks.replicas.compare import METRIC_WORDS, ReplicaVerdict, judge
-from playbooks.replicas.engine_time import engine_evidence, engine_reason, outside_engine
+from playbooks.replicas.engine_time import (
+    engine_evidence,
+    engine_reason,
+    outside_engine,
+    refutation,
+)
 from playbooks.replicas.errors import ReplicaErrors, failing_replicas
 from playbooks.replicas.fleet_tail import TailEffect, tail_effect
 from playbooks.replicas.hardware import Walk, hardware_walk
@@ -130,7 +135,7 @@ def _pct(x: float) -> str:
 
 def _row(v: ReplicaVerdict, z: float) -> dict[str, object]:
     out: dict[str, object] = {"replica": v.replica, "slower": v.slower, "busier": v.busier,
-                              "refuted_by_steps": list(v.refuted_on),
+                              "refuted_on": list(v.refuted_on), "refuted_by": v.refuted_by or None,
                               "load_ratio": v.load_ratio, "request_ratio": v.request_ratio,
                               "queue_wait_ms": v.engine.queue_wait_ms if v.engine else None,
                               "prefill_ms": v.engine.prefill_ms if v.engine else None}
@@ -299,9 +304,7 @@ def _busier(v: ReplicaVerdict, z: float, obs: Observations, options: ReplicaOpti
         raw_txt = (f" Unmatched, its median {METRIC_WORDS[raw.metric]} is {raw.raw_ratio:.2f}x theirs"
                    + (": that is the load." if raw.raw_ratio >= 1 + options.min_effect / 2 else "."))
     if v.refuted_on:
-        seen = " and ".join(METRIC_WORDS[m] for m in v.refuted_on)
-        matched = (f"Its engine steps at equal work are as fast as its peers' ({same}): the higher "
-                   f"{seen} at matched concurrency is the load it was sent, not a slower engine.")
+        matched = refutation(v, z)
     else:
         matched = (f"At matched load it is as fast as its peers ({same}; none "
                    f"{options.min_effect:.0%} or more slower).")
@@ -310,7 +313,7 @@ def _busier(v: ReplicaVerdict, z: float, obs: Observations, options: ReplicaOpti
         title=f"Replica {v.replica} is busier, not slower",
         confidence=0.8, severity="warning",
         summary=f"{v.replica} {' and '.join(parts)}. {matched}{raw_txt}",
-        evidence=_cmp_evidence(v, z, obs),
+        evidence=_cmp_evidence(v, z, obs) + (engine_evidence(v, obs) if v.refuted_by == "engine_time" else []),
         next_actions=["Check the load balancer's weights and policy (least-outstanding routing "
                       "evens out load that round robin does not when requests differ in length).",
                       "No hardware check is needed for this replica: its latency curve is its peers'."])

@@ -20,7 +20,8 @@ def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, f
                     step_slowdown: dict[str, float] | None = None,
                     queue_ms: dict[str, float] | None = None,
                     prefill_slowdown: dict[str, float] | None = None,
-                    steps_per_s: int = 50, prefill_per_request: bool = False) -> Observations:
+                    steps_per_s: int = 50, prefill_per_request: bool = False,
+                    step_noise: float = 0.05) -> Observations:
     """`replicas`: name -> (load factor, slowdown). `n` requests per unit of load factor.
     `ttft_unmatched`: a replica's TTFT factor that its concurrency at send does not explain
     (what a higher arrival rate does to a busier replica). `step_slowdown`: with it, an engine
@@ -29,7 +30,8 @@ def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, f
     request of that replica waits in its engine's queue, as the log's waiting count says it;
     None: the log has no waiting count. `prefill_slowdown`: a replica's factor on its steps
     that carry prefill only; `steps_per_s`: steps a second; `prefill_per_request`: one step
-    carries each request's prefill (else 30% of steps carry some)."""
+    carries each request's prefill (else 30% of steps carry some); `step_noise`: each step's
+    log-normal noise (a host that runs steps late)."""
     cols: dict[str, list] = {k: [] for k in ("request_idx", "replica", "replica_concurrency", "send_ns",
                                              "ttft_ms", "tpot_ms", "e2e_ms", "decode_load")}
     idx = 0
@@ -60,7 +62,8 @@ def synthetic_fleet(rng: np.random.Generator, replicas: dict[str, tuple[float, f
     if step_slowdown is not None:
         sent = {name: int(np.sum(req["replica"].astype(str) == name)) for name in replicas}
         steps = _step_log(rng, replicas, step_slowdown, base_load, duration_s,
-                          prefill_slowdown or {}, steps_per_s, sent if prefill_per_request else None)
+                          prefill_slowdown or {}, steps_per_s, sent if prefill_per_request else None,
+                          step_noise)
     obs = Observations(list(replicas), req, steps, "-- requests", "-- steps")
     if step_slowdown is not None and queue_ms is not None:
         obs.engine_time, obs.engine_time_sql = _engine_time(steps, req, queue_ms), "-- engine"
@@ -81,7 +84,7 @@ def _engine_time(steps: dict[str, np.ndarray], req: dict[str, np.ndarray],
 def _step_log(rng: np.random.Generator, replicas: dict[str, tuple[float, float]],
               step_slowdown: dict[str, float], base_load: float, duration_s: float,
               prefill_slowdown: dict[str, float], steps_per_s: int,
-              prefill_steps: dict[str, int] | None) -> dict[str, np.ndarray]:
+              prefill_steps: dict[str, int] | None, step_noise: float = 0.05) -> dict[str, np.ndarray]:
     cols: dict[str, list] = {k: [] for k in ("replica", "step_id", "step_ms", "decode_seqs",
                                              "prefill_tokens", "start_s")}
     for name, (load_factor, _) in replicas.items():
@@ -91,7 +94,7 @@ def _step_log(rng: np.random.Generator, replicas: dict[str, tuple[float, float]]
                    np.isin(np.arange(k), rng.choice(k, prefill_steps[name], replace=False)))
         prefill = np.where(carries, rng.integers(50, 500, k), 0)
         ms = (4.0 + 0.05 * decode + 0.02 * prefill) * step_slowdown.get(name, 1.0) * np.exp(
-            rng.normal(0, 0.05, k)) * np.where(prefill > 0, prefill_slowdown.get(name, 1.0), 1.0)
+            rng.normal(0, step_noise, k)) * np.where(prefill > 0, prefill_slowdown.get(name, 1.0), 1.0)
         cols["replica"] += [name] * k
         cols["step_id"] += list(range(k))
         cols["step_ms"] += ms.tolist()

@@ -127,3 +127,52 @@ def test_a_fair_share_slower_on_ttft_whose_prefill_steps_are_slower_stays_slower
     # The same prefill at its peers' speed: refuted, the time went before the engine.
     obs = _fair(queued, seed, dict.fromkeys("xyz", 0.0), steps_per_s=250, prefill_per_request=True)
     assert _by(obs)["x"].refuted_on == ["ttft"]
+
+
+# A host that runs steps late (round R60 beside a busy neighbour): the pooled step interval
+# cannot tell, and the engine's own time before first tokens decides a TTFT-only slowdown.
+# (share, TTFT factor its concurrency does not explain, seed).
+NOISY = [(3.0, 1.45, 41), (1.0, 1.35, 42), (2.0, 1.3, 43)]
+
+
+def _noisy(share: float, unmatched: float, seed: int, queue_ms: dict[str, float]):
+    rng = np.random.default_rng(seed)
+    replicas = {"x": (share, 1.0), "y": (1.0, 1.0), "z": (1.0, 1.0)}
+    return synthetic_fleet(rng, replicas, n=150, noise=0.08, second_noise=0.02,
+                           ttft_unmatched={"x": unmatched}, step_slowdown={}, queue_ms=queue_ms,
+                           steps_per_s=30, prefill_per_request=True, step_noise=0.8)
+
+
+def _inconclusive(v) -> bool:  # noqa: ANN001
+    step = v.comparisons["step"]
+    z = z_for(0.05, 3 * 3)
+    return step.delta + step.quantile(z) * step.se >= np.log1p(0.10)
+
+
+@pytest.mark.parametrize(("share", "unmatched", "seed"), NOISY)
+def test_steps_that_cannot_tell_leave_a_ttft_slowdown_to_the_engines_own_time(
+        share: float, unmatched: float, seed: int) -> None:
+    obs = _noisy(share, unmatched, seed, dict.fromkeys("xyz", 0.0))
+    by = _by(obs)
+    assert _inconclusive(by["x"])  # the case: its steps could be 10% slower for all they say
+    assert by["x"].comparisons["ttft"].ratio() > 1.15  # and the client did see it
+    assert not any(v.slower for v in by.values())
+    assert by["x"].refuted_on == ["ttft"] and by["x"].refuted_by == "engine_time"
+    assert by["x"].busier == (share >= 1.25)
+    # The engine queued x's requests for the TTFT they lose: slower, however noisy the steps.
+    extra = (unmatched - 1.0) * _peer_ttft(obs)
+    by = _by(_noisy(share, unmatched, seed, {"x": extra, "y": 0.0, "z": 0.0}))
+    assert [r for r, v in by.items() if v.slower] == ["x"] and by["x"].slower_on == ["ttft"]
+    assert by["x"].engine_explains and not by["x"].refuted_on and by["x"].refuted_by == ""
+
+
+@pytest.mark.parametrize(("share", "unmatched", "seed"), NOISY)
+def test_the_words_for_a_refutation_name_what_refuted_it(share: float, unmatched: float, seed: int) -> None:
+    from playbooks.replicas.engine_time import outside_engine, refutation
+    verdicts, z = judge(_noisy(share, unmatched, seed, dict.fromkeys("xyz", 0.0)),
+                        min_effect=0.10, busier_ratio=1.25, alpha=0.05)
+    x = verdicts[0]
+    words = refutation(x, z) if x.busier else outside_engine(x, z)
+    assert "time before first tokens does not explain" in words and "queued it 0.0 ms" in words
+    assert "as fast as its peers'" not in words  # its steps could not tell
+    assert x.comparisons["step"].describe(z) in words
