@@ -224,12 +224,15 @@ def test_bad_max_error_rate_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr and not (tmp_path / "x.duckdb").exists()
 
 
-def _completed_on(url: str) -> float:
+def _server_counts(url: str) -> tuple[float, float]:
+    """(requests completed, requests mid-stream: sent 3 or more of their tokens, not yet all)."""
+    got = {"vllm:request_success_total": 0.0, "sse_server_mid_stream": 0.0}
     with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
         for line in resp.read().decode().splitlines():
-            if line.startswith("vllm:request_success_total"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in got:
+                got[name] = float(line.rsplit(" ", 1)[1])
+    return got["vllm:request_success_total"], got["sse_server_mid_stream"]
 
 
 def test_sigint_keeps_rows_and_marks_run_interrupted(tmp_path: Path) -> None:
@@ -239,10 +242,16 @@ def test_sigint_keeps_rows_and_marks_run_interrupted(tmp_path: Path) -> None:
             [sys.executable, "-m", "infbench", "run", "--url", url, "--db", str(db), "--duration", "60",
              "--arrival", "closed", "--concurrency", "4", "--output-tokens", "50", "--quiet"],
             cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # Interrupt once requests are really flowing (start-up takes seconds on a busy machine).
+        # Interrupt once requests are really flowing (start-up takes seconds on a busy machine)
+        # and one is mid-stream. A closed loop of equal requests runs in waves that start
+        # together, and waiting on completions alone sent the signal just after a wave ended:
+        # beside a busy neighbour (round R62) before any request of the new wave had a token.
         deadline = time.monotonic() + 60
-        while _completed_on(url) < 6 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
+        while time.monotonic() < deadline and proc.poll() is None:
+            done, mid = _server_counts(url)
+            if done >= 6 and mid >= 1:
+                break
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

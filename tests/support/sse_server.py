@@ -62,6 +62,7 @@ class Server:
         self.tails: dict[str, list[int | None]] = {}
         self.completed = 0
         self.running = 0
+        self.mid_stream = 0  # running requests sent 3 or more of their tokens, not yet all
 
     # -- HTTP plumbing -------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -120,6 +121,8 @@ class Server:
                 f'vllm:num_requests_running{{model_name="{self.model}"}} {self.running}\n'
                 "# TYPE vllm:request_success_total counter\n"
                 f'vllm:request_success_total{{model_name="{self.model}"}} {self.completed}\n'
+                "# TYPE sse_server_mid_stream gauge\n"
+                f"sse_server_mid_stream {self.mid_stream}\n"
             ).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
                          + str(len(text)).encode() + b"\r\n\r\n" + text)
@@ -210,11 +213,13 @@ class Server:
         if self.args.log_timing:
             self.arrivals[rid] = arrival
         self.running += 1
+        marks = [0]  # 1 while this request counts in mid_stream
         try:
             ok = await self.stream(writer, chat, cid, max_tokens, prompt_tokens, include_usage,
-                                   arrival, fault, log, tail)
+                                   arrival, fault, log, tail, marks)
         finally:
             self.running -= 1
+            self.mid_stream -= marks[0]
         self.completed += 1
         return ok
 
@@ -236,7 +241,8 @@ class Server:
 
     async def stream(self, writer: asyncio.StreamWriter, chat: bool, cid: str, max_tokens: int,
                      prompt_tokens: int, include_usage: bool, arrival: int, fault: str | None,
-                     log: list[int] | None, tail: list[int | None] | None) -> bool:
+                     log: list[int] | None, tail: list[int | None] | None,
+                     marks: list[int] | None = None) -> bool:
         transport = writer.transport
         token_event = self.event(chat, cid, TOKEN_TEXT, None)
         if chat:
@@ -263,8 +269,14 @@ class Server:
                 log.extend([time.monotonic_ns()] * (end - k))
             transport.write(token_event * (end - k))
             k = end
+            if marks is not None and not marks[0] and 3 <= k < max_tokens:
+                marks[0] = 1
+                self.mid_stream += 1
             if transport.get_write_buffer_size() > 1 << 20:
                 await writer.drain()
+        if marks is not None and marks[0]:  # every token sent: no longer mid-stream
+            marks[0] = 0
+            self.mid_stream -= 1
         if tail is not None:  # logged before each write, as the content events are
             tail.append(time.monotonic_ns())
         transport.write(self.event(chat, cid, None if chat else "", "length"))
