@@ -145,7 +145,7 @@ def judge(obs: Observations, min_effect: float, busier_ratio: float, alpha: floa
         if not known or len(known) < len(peers) or any(t.total_ms is None for t in known):
             return None
         return EngineTime(float(np.mean([t.queue_wait_ms or 0.0 for t in known])),
-                          float(np.mean([t.prefill_ms for t in known])))
+                          float(np.mean([t.prefill_ms for t in known])), source=known[0].source)
 
     def peers_ttft(peers: list[str]) -> float | None:
         q = obs.requests

@@ -15,8 +15,9 @@ def _per_request(v: ReplicaVerdict) -> str:
     e, p = v.engine, v.peers_engine
     if e is None or p is None or e.queue_wait_ms is None or p.queue_wait_ms is None:
         return ""
+    where = "in steps carrying prefill" if e.source == "steps" else "from its scheduling to its first token"
     return (f"per request its engine queued it {e.queue_wait_ms:.1f} ms and spent "
-            f"{e.prefill_ms:.1f} ms in steps carrying prefill, against its peers' "
+            f"{e.prefill_ms:.1f} ms {where}, against its peers' "
             f"{p.queue_wait_ms:.1f} and {p.prefill_ms:.1f} ms")
 
 
@@ -59,7 +60,10 @@ def engine_reason(v: ReplicaVerdict) -> str:
     if not v.engine_explains or "step" in v.slower_on or e is None or p is None:
         return ""
     queued = (e.queue_wait_ms or 0.0) - (p.queue_wait_ms or 0.0) >= e.prefill_ms - p.prefill_ms
-    return (f" Its engine steps are not slower, but {_per_request(v)}: "
+    # Without a step log (vLLM's histograms) nothing says how fast its steps are.
+    lead = ("Its engine steps are not slower, but" if v.comparisons.get("step") is not None
+            else "Its engine says where:")
+    return (f" {lead} {_per_request(v)}: "
             + ("a scheduler limit holds its requests (max_num_seqs, max_num_batched_tokens, "
                "a full KV cache)." if queued else
                "it does more prefill work per request (prefix caching, the chunked-prefill "
@@ -75,6 +79,12 @@ def engine_evidence(v: ReplicaVerdict, obs: Observations) -> list[Evidence]:
         "prefill_ms": round(e.prefill_ms, 3),
         "peers_queue_wait_ms": None if p.queue_wait_ms is None else round(p.queue_wait_ms, 3),
         "peers_prefill_ms": round(p.prefill_ms, 3), "peers": ",".join(v.peers)},
-        obs.engine_time_sql or "",
-        "per request sent: the step log's waiting count x step time (Little's law: the mean wait "
-        "in its engine's queue), and the time of its steps that carried prefill")]
+        obs.engine_time_sql or "", _HOW[e.source])]
+
+
+_HOW = {"steps": "per request sent: the step log's waiting count x step time (Little's law: the "
+                 "mean wait in its engine's queue), and the time of its steps that carried prefill",
+        "vllm": "per request finished, from vLLM's own histograms (what the run added to "
+                "vllm:request_queue_time_seconds and vllm:request_prefill_time_seconds): queued "
+                "until first scheduled, then scheduled until its first token; the API server's "
+                "HTTP, tokenizer and detokenizer work is in neither"}

@@ -99,13 +99,55 @@ GROUP BY s.replica ORDER BY s.replica
 """
 
 
+# The same two parts from vLLM's own per-request histograms, for a fleet without a step log
+# (vLLM serves none): what this run added to each replica's queue-time and prefill-time sums,
+# over what it added to their counts. vLLM observes both when a request finishes: the queue
+# time from arrival in the engine to its first scheduling, the prefill time from then to its
+# first token; the API server's own work (HTTP, tokenizer, detokenizer) is in neither. A
+# scrape where the process started anew, or where a count fell, follows a restart: every
+# series counts from zero there, so its value is what it added (a sum need not fall: the old
+# one may have been smaller than what the new engine has counted since).
+ENGINE_TIME_METRICS_SQL = """
+WITH s AS (
+  SELECT replica, t_ns, name, value,
+         lag(value) OVER (PARTITION BY replica, name, labels ORDER BY t_ns) AS prev
+  FROM metric_samples
+  WHERE run_id = $run_id AND source = 'metrics' AND replica IS NOT NULL
+    AND name IN ('vllm:request_queue_time_seconds_sum', 'vllm:request_queue_time_seconds_count',
+                 'vllm:request_prefill_time_seconds_sum', 'vllm:request_prefill_time_seconds_count',
+                 'process_start_time_seconds')
+), restarts AS (
+  SELECT DISTINCT replica, t_ns FROM s
+  WHERE (name = 'process_start_time_seconds' AND value <> prev)
+     OR (ends_with(name, '_count') AND value < prev)
+), added AS (
+  SELECT s.replica, s.name,
+         sum(CASE WHEN r.t_ns IS NULL THEN s.value - s.prev ELSE s.value END) AS d
+  FROM s LEFT JOIN restarts r ON r.replica = s.replica AND r.t_ns = s.t_ns
+  WHERE s.prev IS NOT NULL AND s.name <> 'process_start_time_seconds'
+  GROUP BY s.replica, s.name
+), m AS (
+  SELECT replica,
+         max(d) FILTER (WHERE name = 'vllm:request_queue_time_seconds_sum') AS queue_s,
+         max(d) FILTER (WHERE name = 'vllm:request_queue_time_seconds_count') AS queued,
+         max(d) FILTER (WHERE name = 'vllm:request_prefill_time_seconds_sum') AS prefill_s,
+         max(d) FILTER (WHERE name = 'vllm:request_prefill_time_seconds_count') AS prefilled
+  FROM added GROUP BY replica
+)
+SELECT replica, 1e3 * queue_s / queued AS queue_wait_ms, 1e3 * prefill_s / prefilled AS prefill_ms,
+       least(queued, prefilled) AS requests
+FROM m WHERE queued > 0 AND prefilled > 0 ORDER BY replica
+"""
+
+
 @dataclass(frozen=True)
 class EngineTime:
-    """Milliseconds a replica's engine spent per request sent before first tokens."""
+    """Milliseconds a replica's engine spent per request before first tokens."""
 
     queue_wait_ms: float | None   # waiting in its queue (None: the log has no waiting count)
-    prefill_ms: float             # in steps that carried prefill
+    prefill_ms: float             # in steps that carried prefill (vllm: scheduled to first token)
     steps_missing: int = 0        # step ids absent from the stored log (then no total)
+    source: str = "steps"         # "steps": its step log, per request sent; "vllm": its histograms
 
     @property
     def total_ms(self) -> float | None:
@@ -123,7 +165,7 @@ class Observations:
     steps_sql: str
     sent: dict[str, int] | None = None   # requests routed per replica (None: count the successes)
     sent_sql: str | None = None
-    engine_time: dict[str, EngineTime] | None = None  # None: no step log to say
+    engine_time: dict[str, EngineTime] | None = None  # None: no step log or histograms to say
     engine_time_sql: str | None = None
 
     @property
@@ -145,5 +187,10 @@ def load_observations(con: duckdb.DuckDBPyConnection, run_id: str, order: list[s
     esql, engine = fetch(con, ENGINE_TIME_SQL, run_id=run_id)
     times = {str(r): EngineTime(None if w is None else float(w), float(p), int(m or 0))
              for r, w, p, m in engine}
+    if not times:
+        # One source for the whole fleet: a replica's step log and another's histograms do
+        # not measure the same thing (per request sent, per request finished).
+        esql, engine = fetch(con, ENGINE_TIME_METRICS_SQL, run_id=run_id)
+        times = {str(r): EngineTime(float(w), float(p), source="vllm") for r, w, p, _ in engine}
     return Observations(names, req, steps, rsql, ssql, {str(r): int(n) for r, n in sent}, tsql,
                         times or None, esql)

@@ -165,6 +165,19 @@ def _cmp_evidence(v: ReplicaVerdict, z: float, obs: Observations) -> list[Eviden
     return ev
 
 
+def _load_words(v: ReplicaVerdict, busier_ratio: float) -> str:
+    """What a slower replica was given: busier by either measure is said, and set aside."""
+    clauses = ([f"it was sent {v.request_ratio:.2f}x its peers' requests"] if v.request_ratio is not None
+               else []) + ([f"its requests met {v.load_ratio:.2f}x their load"] if v.load_ratio is not None
+                           else [])
+    if not clauses:
+        return ""
+    said = " and ".join(clauses)
+    if any(x is not None and x >= busier_ratio for x in (v.request_ratio, v.load_ratio)):
+        return f"{said[0].upper()}{said[1:]}: busier, but the comparison is at equal load. "
+    return f"It is not busier: {said}. "
+
+
 def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Walk,
             obs: Observations, options: ReplicaOptions) -> Finding:
     # Headline: the metric whose interval shows the largest slowdown at its low end.
@@ -172,10 +185,7 @@ def _slower(v: ReplicaVerdict, z: float, tails: dict[str, TailEffect], walk: Wal
     c = v.comparisons[worst]
     tail = tails[TAIL_OF[worst]]
     what = ", ".join(f"{METRIC_WORDS[m]} {v.comparisons[m].describe(z)}" for m in v.slower_on)
-    load = (f"It is not busier: its requests met {v.load_ratio:.2f}x its peers' load. "
-            if v.load_ratio is not None and v.load_ratio < options.busier_ratio else
-            f"It also met {v.load_ratio:.2f}x its peers' load, but the comparison is at equal load. "
-            if v.load_ratio is not None else "")
+    load = _load_words(v, options.busier_ratio)
     tail_txt = ""
     if tail.share_above_p99 is not None and tail.share_of_requests:
         tail_txt = (f"It served {tail.share_of_requests:.0%} of the requests and "
