@@ -46,11 +46,11 @@ def refutation(v: ReplicaVerdict, z: float) -> str:
 def _engine_account(v: ReplicaVerdict, z: float, what: str) -> str:
     """'its engine's own time before first tokens does not explain WHAT (per request ...); its
     engine steps at equal work: x1.09 (...)'."""
-    step = v.comparisons.get("step")
+    step = v.comparisons.get("step")  # None: no step log (a vLLM fleet), nothing to say of steps
     engine = _per_request(v)
     return (f"its engine's own time before first tokens does not explain {what}"
             + (f" ({engine})" if engine else "")
-            + f"; its engine steps at equal work: {step.describe(z) if step is not None else 'not comparable'}")
+            + (f"; its engine steps at equal work: {step.describe(z)}" if step is not None else ""))
 
 
 def engine_reason(v: ReplicaVerdict) -> str:

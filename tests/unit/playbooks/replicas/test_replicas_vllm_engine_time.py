@@ -135,6 +135,7 @@ def test_a_busier_vllm_replica_whose_engine_did_not_wait_longer_is_busier_not_sl
     assert row["refuted_on"] == ["ttft"] and row["refuted_by"] == "engine_time", row
     f = next(f for f in d.findings if f.verdict == "replica_busier")
     assert "does not explain" in f.summary and "from its scheduling to its first token" in f.summary
+    assert "steps" not in f.summary, f.summary  # no step log: nothing is said of its steps
     ev = next(e for e in f.evidence if e.name == "engine_time_before_first_token")
     assert "vLLM's own histograms" in ev.note and "request_prefill_time" in ev.sql
     assert ev.values["queue_wait_ms"] == pytest.approx(0.6)
