@@ -5,7 +5,11 @@ differing settings, runs the same workload with the same seed and size (so the r
 request by request), and asks the gate whether it regressed against the good baseline:
 fail means the subset reproduces the regression, pass that it does not; an inconclusive
 verdict reruns both sides with twice the requests, up to `max_doublings` times, and stays
-unresolved after that. Delta debugging (Zeller and Hildebrandt's ddmin) narrows the set to
+unresolved after that. A fail against a baseline measured earlier than the run just before
+the probe is confirmed against a fresh baseline measured right after it: a host that slowed
+down between the two (a busy neighbour arriving) moves every run, and a probe compared with a
+baseline from before that looks like a regression of its own (one named `kv_cache_dtype`
+alone, TTFT +20%, six runs after its baseline). Delta debugging (Zeller and Hildebrandt's ddmin) narrows the set to
 a 1-minimal failing subset: one knob, or a combination when knobs only hurt together. A
 knob whose effect is within the gate's tolerance never makes a probe fail, so it is never
 part of the answer. Its worst case is n^2 + 3n probes for n settings, announced up front
@@ -78,10 +82,11 @@ def bisect_keys(good: StoredConfig, bad: StoredConfig) -> dict[str, Any]:
 
 def budget(n: int, max_doublings: int) -> tuple[int, int]:
     """(probes, runs): ddmin's worst case n^2 + 3n probes; each probe, and the baseline at
-    each request count, runs at most 1 + max_doublings times."""
+    each request count, runs at most 1 + max_doublings times, and each probe's run may be
+    followed by a fresh baseline that confirms its fail."""
     probes = n * n + 3 * n
     tries = 1 + max_doublings
-    return probes, probes * tries + tries
+    return probes, 2 * probes * tries + tries
 
 
 def _split(items: list[str], n: int) -> list[list[str]]:
@@ -140,6 +145,7 @@ class Bisection:
         self.steps: list[Step] = []
         self.cache: dict[frozenset[str], Step] = {}
         self.baselines: dict[int, str] = {}
+        self.last_run: str | None = None  # the run measured most recently, of either side
         self.runs_used = 0
         self.probe_idx = 0
 
@@ -177,13 +183,15 @@ class Bisection:
         with self.launcher.running(settings, log_dir) as url:
             run_id = measure(url, self.db, self.load, requests)
         self.runs_used += 1
+        self.last_run = run_id
         return run_id
 
-    def _baseline(self, requests: int, log_dir: Path) -> str:
-        if requests not in self.baselines:
+    def _baseline(self, requests: int, log_dir: Path, fresh: bool = False) -> str:
+        if fresh or requests not in self.baselines:
             run_id = self._run((), requests, log_dir)
             self.baselines[requests] = run_id
-            self._record_run(run_id, (), "baseline", f"the good configuration, {requests} requests")
+            self._record_run(run_id, (), "baseline", f"the good configuration, {requests} requests"
+                             + (", measured again to confirm a fail" if fresh else ""))
         return self.baselines[requests]
 
     def _judge(self, base: str, cand: str) -> tuple[str, str]:
@@ -207,8 +215,13 @@ class Bisection:
         requests = self.load.num_requests
         for attempt in range(1 + self.max_doublings):
             base = self._baseline(requests, log_dir)
+            adjacent = self.last_run == base
             run_id = self._run(ordered, requests, log_dir)
             verdict, reason = self._judge(base, run_id)
+            if verdict == FAIL and not adjacent:
+                base = self._baseline(requests, log_dir, fresh=True)
+                verdict, reason = self._judge(base, run_id)
+                reason += " against a baseline measured right after it"
             step.runs.append(run_id)
             step.requests, step.reason = requests, reason
             self._record_run(run_id, ordered, verdict, reason)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from infbench.config.bisect import bisect_keys, budget, ddmin
+from infbench.config.bisect import Bisection, bisect_keys, budget, ddmin
 from infbench.config.endpoint import from_engine_config
 from infbench.config.model import Captured
 from infbench.config.store import StoredConfig
@@ -48,7 +50,7 @@ def test_unresolved_probes_never_enter_the_answer() -> None:
 
 
 def test_budget_is_ddmins_worst_case_with_retries() -> None:
-    assert budget(8, 2) == (88, 88 * 3 + 3)
+    assert budget(8, 2) == (88, 2 * 88 * 3 + 3)
     assert budget(0, 0) == (0, 1)
 
 
@@ -67,3 +69,44 @@ def test_keys_skip_outcomes_versions_and_settings_that_follow_another() -> None:
     # ref-1 sets the capture cap to 512; ref-2 leaves it to min(2 * 1024, 512): equal values.
     assert "cudagraph_max_capture_size" not in keys and "defaults" not in keys
     assert keys["max_num_seqs"] == 1024 and keys["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+
+
+class _DriftingHost(Bisection):
+    """A bisection whose runs are numbers, not engines: a run is slow when it has the culprit
+    or when the host had slowed down by then (from run `slow_from` on); the gate fails a run
+    slower than its baseline."""
+
+    def __init__(self, keys: list[str], culprit: str, slow_from: int) -> None:  # no engines here
+        self.keys, self.culprit, self.slow_from = keys, culprit, slow_from
+        self.load = SimpleNamespace(num_requests=64)
+        self.max_doublings, self.say = 0, lambda m: None
+        self.steps, self.cache, self.baselines = [], {}, {}
+        self.last_run, self.runs_used, self.budget_runs = None, 0, budget(len(keys), 0)[1]
+        self.slow: dict[str, float] = {}
+
+    def _run(self, keys: tuple[str, ...], requests: int, log_dir: Path) -> str:
+        self.runs_used += 1
+        run_id = f"r{self.runs_used}"
+        self.slow[run_id] = ((1.3 if self.culprit in keys else 1.0)
+                             * (1.25 if self.runs_used >= self.slow_from else 1.0))
+        self.last_run = run_id
+        return run_id
+
+    def _record_run(self, run_id: str, keys: tuple[str, ...], verdict: str, reason: str) -> None:
+        pass
+
+    def _judge(self, base: str, cand: str) -> tuple[str, str]:
+        return (FAIL if self.slow[cand] > self.slow[base] * 1.1 else PASS), ""
+
+
+@pytest.mark.parametrize(("n", "slow_from"), [(6, 4), (8, 3), (5, 6)])
+def test_a_host_that_slows_down_mid_bisection_does_not_name_an_innocent_knob(n: int, slow_from: int) -> None:
+    keys = [f"k{i}" for i in range(n)]
+    culprit = keys[-2]
+    b = _DriftingHost(keys, culprit, slow_from)
+    assert b.test(keys, Path(".")) == FAIL
+    assert b.ddmin(keys, Path(".")) == [culprit]
+    assert b.runs_used <= b.budget_runs
+    # every fail that stood was against a baseline measured right before or right after it
+    runs = [int(r[1:]) for s in b.steps for r in s.runs if s.verdict == FAIL]
+    assert runs and all(b.slow[f"r{r}"] >= 1.3 for r in runs)
