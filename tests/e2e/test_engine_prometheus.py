@@ -70,7 +70,11 @@ def test_a_real_prometheus_scrapes_typed_counters(busy_engine: EngineProcess,
             assert {m["type"] for m in meta[name]} == {"counter"}, (name, meta[name])
         assert {m["type"] for m in meta["vllm:time_to_first_token_seconds"]} == {"histogram"}
         assert {m["type"] for m in meta["vllm:kv_cache_usage_perc"]} == {"gauge"}
-        got = prom.query("vllm:generation_tokens_total")
+        # The metadata API reads the scrape cache, filled while a scrape is parsed and before
+        # its samples are committed: seeing every family's type does not mean a query finds
+        # the samples yet (CI on 44b3db4: [] once). Wait for the series, then its exact value.
+        left = max(1.0, deadline - time.monotonic())
+        got = prom.wait_for("vllm:generation_tokens_total", timeout_s=left)
         assert [float(r["value"][1]) for r in got] == [3 + 7 + 12]
-        up = prom.query("up")
+        up = prom.wait_for("up", timeout_s=max(1.0, deadline - time.monotonic()))
         assert [r["value"][1] for r in up] == ["1"]
