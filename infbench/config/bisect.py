@@ -5,11 +5,12 @@ differing settings, runs the same workload with the same seed and size (so the r
 request by request), and asks the gate whether it regressed against the good baseline:
 fail means the subset reproduces the regression, pass that it does not; an inconclusive
 verdict reruns both sides with twice the requests, up to `max_doublings` times, and stays
-unresolved after that. A fail against a baseline measured earlier than the run just before
-the probe is confirmed against a fresh baseline measured right after it: a host that slowed
-down between the two (a busy neighbour arriving) moves every run, and a probe compared with a
-baseline from before that looks like a regression of its own (one named `kv_cache_dtype`
-alone, TTFT +20%, six runs after its baseline). Delta debugging (Zeller and Hildebrandt's ddmin) narrows the set to
+unresolved after that. A probe is judged against a baseline measured right before or right
+after it: where the run just before the probe was not the baseline, a fresh baseline is
+measured after it. A host that slowed down since an older baseline (a busy neighbour arriving)
+moves every run, and a probe compared with a baseline from before that looks like a regression
+of its own (one named `kv_cache_dtype` alone, TTFT +20%, six runs after its baseline); a host
+that sped up hides the culprit's regression the same way, and ddmin then names a larger set. Delta debugging (Zeller and Hildebrandt's ddmin) narrows the set to
 a 1-minimal failing subset: one knob, or a combination when knobs only hurt together. A
 knob whose effect is within the gate's tolerance never makes a probe fail, so it is never
 part of the answer. Its worst case is n^2 + 3n probes for n settings, announced up front
@@ -83,7 +84,7 @@ def bisect_keys(good: StoredConfig, bad: StoredConfig) -> dict[str, Any]:
 def budget(n: int, max_doublings: int) -> tuple[int, int]:
     """(probes, runs): ddmin's worst case n^2 + 3n probes; each probe, and the baseline at
     each request count, runs at most 1 + max_doublings times, and each probe's run may be
-    followed by a fresh baseline that confirms its fail."""
+    followed by a fresh baseline to judge it against."""
     probes = n * n + 3 * n
     tries = 1 + max_doublings
     return probes, 2 * probes * tries + tries
@@ -191,7 +192,7 @@ class Bisection:
             run_id = self._run((), requests, log_dir)
             self.baselines[requests] = run_id
             self._record_run(run_id, (), "baseline", f"the good configuration, {requests} requests"
-                             + (", measured again to confirm a fail" if fresh else ""))
+                             + (", measured again right after a probe" if fresh else ""))
         return self.baselines[requests]
 
     def _judge(self, base: str, cand: str) -> tuple[str, str]:
@@ -218,7 +219,7 @@ class Bisection:
             adjacent = self.last_run == base
             run_id = self._run(ordered, requests, log_dir)
             verdict, reason = self._judge(base, run_id)
-            if verdict == FAIL and not adjacent:
+            if verdict != INCONCLUSIVE and not adjacent:
                 base = self._baseline(requests, log_dir, fresh=True)
                 verdict, reason = self._judge(base, run_id)
                 reason += " against a baseline measured right after it"

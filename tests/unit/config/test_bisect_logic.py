@@ -72,12 +72,13 @@ def test_keys_skip_outcomes_versions_and_settings_that_follow_another() -> None:
 
 
 class _DriftingHost(Bisection):
-    """A bisection whose runs are numbers, not engines: a run is slow when it has the culprit
-    or when the host had slowed down by then (from run `slow_from` on); the gate fails a run
-    slower than its baseline."""
+    """A bisection whose runs are numbers, not engines: a run is slow when it has the culprit,
+    and from run `slow_from` on every run takes `host` times as long (above 1 a neighbour
+    arrived, below 1 one left); the gate fails a run slower than its baseline."""
 
-    def __init__(self, keys: list[str], culprit: str, slow_from: int) -> None:  # no engines here
-        self.keys, self.culprit, self.slow_from = keys, culprit, slow_from
+    def __init__(self, keys: list[str], culprit: str, slow_from: int,  # no engines here
+                 host: float = 1.25) -> None:
+        self.keys, self.culprit, self.slow_from, self.host = keys, culprit, slow_from, host
         self.load = SimpleNamespace(num_requests=64)
         self.max_doublings, self.say = 0, lambda m: None
         self.steps, self.cache, self.baselines = [], {}, {}
@@ -88,7 +89,7 @@ class _DriftingHost(Bisection):
         self.runs_used += 1
         run_id = f"r{self.runs_used}"
         self.slow[run_id] = ((1.3 if self.culprit in keys else 1.0)
-                             * (1.25 if self.runs_used >= self.slow_from else 1.0))
+                             * (self.host if self.runs_used >= self.slow_from else 1.0))
         self.last_run = run_id
         return run_id
 
@@ -110,3 +111,16 @@ def test_a_host_that_slows_down_mid_bisection_does_not_name_an_innocent_knob(n: 
     # every fail that stood was against a baseline measured right before or right after it
     runs = [int(r[1:]) for s in b.steps for r in s.runs if s.verdict == FAIL]
     assert runs and all(b.slow[f"r{r}"] >= 1.3 for r in runs)
+
+
+@pytest.mark.parametrize(("n", "fast_from", "host"), [(6, 3, 0.75), (8, 5, 0.7), (5, 4, 0.8)])
+def test_a_host_that_speeds_up_mid_bisection_does_not_hide_the_culprit(
+        n: int, fast_from: int, host: float) -> None:
+    """The culprit's run, 1.3x slower, is faster than a baseline measured before the host sped
+    up: judged against that baseline it passes, and ddmin names a larger set."""
+    keys = [f"k{i}" for i in range(n)]
+    culprit = keys[1]
+    b = _DriftingHost(keys, culprit, fast_from, host)
+    assert b.test(keys, Path(".")) == FAIL
+    assert b.ddmin(keys, Path(".")) == [culprit]
+    assert b.runs_used <= b.budget_runs
