@@ -99,23 +99,8 @@ class Recorder:
         st = self._stats
         st.recent_done_ns.append(raw.end_ns or time.monotonic_ns())
         if error_class is None:
-            st.done += 1
-            if p.first_content_ns is not None:
-                ttft_ms = (p.first_content_ns - raw.send_ns) / 1e6
-                st.recent_ttft_ms.append(ttft_ms)
-                if replica is not None:
-                    own = st.replica_ttft_ms.get(replica)
-                    if own is None:
-                        own = st.replica_ttft_ms[replica] = deque(maxlen=500)
-                    own.append(ttft_ms)
-            itl_ns = p.mean_itl_ns()  # the summary's spread ITL, averaged over this stream
-            if itl_ns is not None:
-                st.recent_itl_ms.append(itl_ns / 1e6)
-                if replica is not None:
-                    recent = st.replica_recent.get(replica)
-                    if recent is None:
-                        recent = st.replica_recent[replica] = deque(maxlen=64)
-                    recent.append((itl_ns / 1e6, conc))
+            st.finished(raw.send_ns, p.first_chunk_ns, p.first_content_ns, p.mean_itl_ns(),
+                        replica, conc)
         else:
             st.errors += 1
             st.errors_by_class[error_class] = st.errors_by_class.get(error_class, 0) + 1

@@ -85,9 +85,14 @@ class LiveStats:
     # Fleet runs: per replica, its finished requests' (mean ITL ms, concurrency at send),
     # newest last: what the live watch compares replicas on.
     replica_recent: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
-    # Fleet runs: per replica, its finished requests' TTFTs (the watch's yardstick for a
-    # replica that stops between waves: its own queue and prefill, not the slowest peer's).
-    replica_ttft_ms: dict[str, deque[float]] = field(default_factory=dict)
+    # Finished requests' times to their first chunk: the live watch's yardstick for requests
+    # still waiting for a first byte. Not the TTFT: a stream whose tokens all decode to empty
+    # text has no first content (a real vLLM's did, in round R72) but did answer; a watch that
+    # counted only TTFTs was left without a yardstick when such a request was one of the few
+    # finished before a stop. Fleet runs also keep them per replica (a replica that stops
+    # between waves is judged on its own queue and prefill, not the slowest peer's).
+    recent_first_chunk_ms: deque[float] = field(default_factory=lambda: deque(maxlen=500))
+    replica_first_chunk_ms: dict[str, deque[float]] = field(default_factory=dict)
 
     def rate(self, window_s: float = 5.0) -> float:
         now = time.monotonic_ns()
@@ -95,6 +100,28 @@ class LiveStats:
         n = sum(1 for t in self.recent_done_ns if t >= cutoff)
         span = min(window_s, max((now - self.started_ns) / 1e9, 1e-9))
         return n / span
+
+    def finished(self, send_ns: int, first_chunk_ns: int | None, first_content_ns: int | None,
+                 mean_itl_ns: float | None, replica: str | None, conc: int) -> None:
+        """A request that ended without an error."""
+        self.done += 1
+        if first_content_ns is not None:
+            self.recent_ttft_ms.append((first_content_ns - send_ns) / 1e6)
+        if first_chunk_ns is not None:
+            first_ms = (first_chunk_ns - send_ns) / 1e6
+            self.recent_first_chunk_ms.append(first_ms)
+            if replica is not None:
+                own = self.replica_first_chunk_ms.get(replica)
+                if own is None:
+                    own = self.replica_first_chunk_ms[replica] = deque(maxlen=500)
+                own.append(first_ms)
+        if mean_itl_ns is not None:  # the summary's spread ITL, averaged over this stream
+            self.recent_itl_ms.append(mean_itl_ns / 1e6)
+            if replica is not None:
+                recent = self.replica_recent.get(replica)
+                if recent is None:
+                    recent = self.replica_recent[replica] = deque(maxlen=64)
+                recent.append((mean_itl_ns / 1e6, conc))
 
     @staticmethod
     def p50(values: deque[float]) -> float | None:

@@ -6,8 +6,9 @@ Three triggers, each read from what the client already keeps (no work on the rea
 - `engine_stopped`: on one target, streams are open and none has received a byte for
   `stall_s` (every stream stopped at once: the engine, not a request); or no stream is open
   and the requests waiting for their first byte have waited `WAIT_FACTOR` x the longest
-  recent TTFT on that target (in a fleet the replica's own, from `MIN_TTFTS` of its requests
-  on; the run's before that) and `stall_s`, with no byte from anything meanwhile: an engine that
+  recent time to a first chunk on that target (finished requests'; in a fleet the replica's
+  own, from `MIN_ANSWERS` of its requests on; the run's before that) and `stall_s`, with no
+  byte from anything meanwhile: an engine that
   stops between one wave of requests and the next (a closed loop's requests end together and
   the next ones are sent together) leaves no stream to stop, and a prefill or a queue that
   long has not been seen in the run;
@@ -38,11 +39,12 @@ import numpy as np
 
 TRIGGERS = ("engine_stopped", "error_burst", "replica_departs")
 _DEPART_EVERY_NS = 1_000_000_000
-# With nothing streaming, requests waiting this many times the longest recent TTFT (finished
-# requests', queueing included) have met something the run has not shown before; below
-# MIN_TTFTS finished requests there is no yardstick (a cold start's first prefill can be long).
+# With nothing streaming, requests waiting this many times the longest recent time to a first
+# chunk (finished requests', queueing included) have met something the run has not shown
+# before; below MIN_ANSWERS finished requests there is no yardstick (a cold start's first
+# prefill can be long). A first chunk, not a first token: what the waiting lack is a byte.
 WAIT_FACTOR = 4.0
-MIN_TTFTS = 8
+MIN_ANSWERS = 8
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,8 @@ class Trigger:
         if self.kind == "engine_stopped" and not d["open_streams"]:
             return (f"no first byte for any of {d['waiting_for_first_byte']} waiting request(s)"
                     f"{where} for {d['longest_wait_s']:.1f} s ({WAIT_FACTOR:g}x the run's longest "
-                    f"recent TTFT, {d['ttft_max_ms']:.0f} ms), nothing else received")
+                    f"recent time to a first chunk, {d['first_chunk_max_ms']:.0f} ms), nothing "
+                    f"else received")
         if self.kind == "engine_stopped":
             return (f"no token on any of {d['open_streams']} open stream(s){where} for "
                     f"{d['silent_s']:.1f} s")
@@ -104,8 +107,8 @@ class Watcher:
                  counters: Callable[[], tuple[int, int, dict[str, int]]],
                  replica_samples: dict[str, deque[tuple[float, int]]] | None,
                  on_trigger: Callable[[Trigger], None],
-                 recent_ttft_ms: Sequence[float] = (),
-                 replica_ttft_ms: dict[str, deque[float]] | None = None) -> None:
+                 recent_first_chunk_ms: Sequence[float] = (),
+                 replica_first_chunk_ms: dict[str, deque[float]] | None = None) -> None:
         self.settings = settings
         self._pools, self._names = list(pools), list(names)
         self._counters = counters
@@ -118,8 +121,8 @@ class Watcher:
         self._history: deque[tuple[int, int, int, dict[str, int]]] = deque()
         self._start_ns = 0
         self._depart_checked_ns = -_DEPART_EVERY_NS
-        self._ttft_ms = recent_ttft_ms  # live: the runner appends finished requests' TTFTs
-        self._replica_ttft_ms = replica_ttft_ms  # live, per replica name (fleet runs)
+        self._first_ms = recent_first_chunk_ms  # live: the runner appends finished requests'
+        self._replica_first_ms = replica_first_chunk_ms  # live, per replica name (fleet runs)
         # per pool: each open exchange without a byte yet -> the tick it was first seen
         self._waiting: list[dict[Any, int]] = [{} for _ in self._pools]
 
@@ -169,13 +172,14 @@ class Watcher:
             stopped = silent_ns >= stall_ns
         else:
             stopped = False
-            ttfts = self._yardstick(i)
-            if waiting and len(ttfts) >= MIN_TTFTS:
+            firsts = self._yardstick(i)
+            if waiting and len(firsts) >= MIN_ANSWERS:
                 longest_ns = now - min(waiting.values())
-                ttft_max = max(ttfts)
-                limit_ns = max(stall_ns, WAIT_FACTOR * ttft_max * 1e6)
+                first_max = max(firsts)
+                limit_ns = max(stall_ns, WAIT_FACTOR * first_max * 1e6)
                 stopped = silent_ns >= stall_ns and longest_ns >= limit_ns
-                detail = {"longest_wait_s": round(longest_ns / 1e9, 3), "ttft_max_ms": round(ttft_max, 3),
+                detail = {"longest_wait_s": round(longest_ns / 1e9, 3),
+                          "first_chunk_max_ms": round(first_max, 3),
                           "wait_threshold_s": round(limit_ns / 1e9, 3)}
         if stopped:
             self._stopped[i] = progress
@@ -185,11 +189,12 @@ class Watcher:
                 "threshold_s": self.settings.stall_s, **detail}))
 
     def _yardstick(self, i: int) -> list[float]:
-        """The TTFTs a wait on pool `i` is judged against: its replica's own once it has
-        enough (a slow peer's long queue must not hide this one's stop), else the run's."""
+        """The times to a first chunk a wait on pool `i` is judged against: its replica's own
+        once it has enough (a slow peer's long queue must not hide this one's stop), else the
+        run's."""
         name = self._names[i]
-        own = self._replica_ttft_ms.get(name) if self._replica_ttft_ms and name else None
-        return list(own) if own is not None and len(own) >= MIN_TTFTS else list(self._ttft_ms)
+        own = self._replica_first_ms.get(name) if self._replica_first_ms and name else None
+        return list(own) if own is not None and len(own) >= MIN_ANSWERS else list(self._first_ms)
 
     def _check_burst(self, now: int) -> None:
         done, errors, by_class = self._counters()
@@ -257,4 +262,4 @@ def start_watcher(watch: Watch, pools: Sequence[LivePool], names: Sequence[str |
     return Watcher(watch.settings, pools, names,
                    lambda: (stats.done, stats.errors, stats.errors_by_class),
                    stats.replica_recent if fleet else None, watch.on_trigger,
-                   stats.recent_ttft_ms, stats.replica_ttft_ms if fleet else None)
+                   stats.recent_first_chunk_ms, stats.replica_first_chunk_ms if fleet else None)

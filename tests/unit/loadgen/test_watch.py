@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from infbench.loadgen.telemetry.watch import Trigger, Watcher, WatchSettings
+from infbench.loadgen.run.types import LiveStats
+from infbench.loadgen.telemetry.watch import (
+    MIN_ANSWERS,
+    Trigger,
+    Watch,
+    Watcher,
+    WatchSettings,
+    start_watcher,
+)
 
 S = 1_000_000_000
 
@@ -39,10 +47,10 @@ class Counters:
 def watcher(settings: WatchSettings, pools: list[FakePool], names: list[str | None] | None = None,
             counters: Counters | None = None,
             samples: dict[str, deque[tuple[float, int]]] | None = None,
-            ttft_ms: list[float] | None = None) -> tuple[Watcher, list[Trigger]]:
+            first_ms: list[float] | None = None) -> tuple[Watcher, list[Trigger]]:
     fired: list[Trigger] = []
     w = Watcher(settings, pools, names or [None] * len(pools), counters or Counters(), samples,
-                fired.append, ttft_ms if ttft_ms is not None else [])
+                fired.append, first_ms if first_ms is not None else [])
     w._start_ns = 0
     return w, fired
 
@@ -184,16 +192,16 @@ def test_a_median_ahead_with_overlapping_spreads_is_not_a_departure() -> None:
     assert fired == []
 
 
-@pytest.mark.parametrize(("ttft_max_ms", "stall_s", "waiting"), [(40.0, 1.0, 4), (900.0, 0.5, 2),
+@pytest.mark.parametrize(("first_max_ms", "stall_s", "waiting"), [(40.0, 1.0, 4), (900.0, 0.5, 2),
                                                                   (120.0, 2.0, 7)])
-def test_an_engine_stopped_between_waves_fires_once_its_waiting_outlasts_the_runs_ttfts(
-        ttft_max_ms: float, stall_s: float, waiting: int) -> None:
+def test_an_engine_stopped_between_waves_fires_once_its_waiting_outlasts_the_runs_first_chunks(
+        first_max_ms: float, stall_s: float, waiting: int) -> None:
     """A closed loop's wave ended at 10 s and the next one was sent: no stream is open, every
     request waits for its first byte, and nothing arrives."""
-    ttfts = [ttft_max_ms * f for f in (0.3, 0.5, 0.45, 1.0, 0.6, 0.4, 0.7, 0.55, 0.5)]
+    firsts = [first_max_ms * f for f in (0.3, 0.5, 0.45, 1.0, 0.6, 0.4, 0.7, 0.55, 0.5)]
     pool = FakePool({Ex(0, 0) for _ in range(waiting)}, last_read_ns=10 * S)
-    w, fired = watcher(WatchSettings(stall_s=stall_s), [pool], ttft_ms=ttfts)
-    limit_s = max(stall_s, 4 * ttft_max_ms / 1e3)
+    w, fired = watcher(WatchSettings(stall_s=stall_s), [pool], first_ms=firsts)
+    limit_s = max(stall_s, 4 * first_max_ms / 1e3)
     t = 10 * S + 20_000_000  # first seen waiting 20 ms after the wave was sent
     w.check(t)
     w.check(t + int((limit_s - 0.05) * S))
@@ -204,14 +212,14 @@ def test_an_engine_stopped_between_waves_fires_once_its_waiting_outlasts_the_run
     d = fired[0].detail
     assert d["open_streams"] == 0 and d["waiting_for_first_byte"] == waiting
     assert d["longest_wait_s"] == pytest.approx(limit_s, abs=1e-6)
-    assert d["ttft_max_ms"] == ttft_max_ms and d["wait_threshold_s"] == pytest.approx(limit_s)
+    assert d["first_chunk_max_ms"] == first_max_ms and d["wait_threshold_s"] == pytest.approx(limit_s)
     assert "no first byte" in fired[0].describe()
 
 
 def test_a_wait_the_run_has_seen_before_is_not_a_stop() -> None:
-    # TTFTs up to 2.5 s (a long queue): waiting 6 s with nothing streaming is within 4x of that
+    # first chunks up to 2.5 s (a long queue): waiting 6 s with nothing streaming is within 4x of that
     pool = FakePool({Ex(0, 0) for _ in range(3)}, last_read_ns=1 * S)
-    w, fired = watcher(WatchSettings(stall_s=1.0), [pool], ttft_ms=[800.0] * 10 + [2500.0])
+    w, fired = watcher(WatchSettings(stall_s=1.0), [pool], first_ms=[800.0] * 10 + [2500.0])
     for k in range(61):
         w.check(1 * S + k * 100_000_000)
     assert fired == []
@@ -219,7 +227,7 @@ def test_a_wait_the_run_has_seen_before_is_not_a_stop() -> None:
 
 def test_without_enough_finished_requests_a_long_wait_decides_nothing() -> None:
     pool = FakePool({Ex(0, 0)}, last_read_ns=0)
-    w, fired = watcher(WatchSettings(stall_s=0.5), [pool], ttft_ms=[30.0] * 7)
+    w, fired = watcher(WatchSettings(stall_s=0.5), [pool], first_ms=[30.0] * 7)
     for k in range(50):
         w.check(k * 200_000_000)
     assert fired == []
@@ -228,7 +236,7 @@ def test_without_enough_finished_requests_a_long_wait_decides_nothing() -> None:
 def test_requests_sent_into_a_stop_are_the_same_incident_until_a_byte_arrives() -> None:
     streams = {Ex(100, 2 * S) for _ in range(3)}
     pool = FakePool(set(streams), last_read_ns=2 * S)
-    w, fired = watcher(WatchSettings(stall_s=1.0), [pool], ttft_ms=[50.0] * 20)
+    w, fired = watcher(WatchSettings(stall_s=1.0), [pool], first_ms=[50.0] * 20)
     w.check(3_100_000_000)
     assert len(fired) == 1 and fired[0].detail["open_streams"] == 3
     # the stranded streams time out (no byte: a timeout is no progress) and new requests wait
@@ -247,7 +255,7 @@ def test_requests_sent_into_a_stop_are_the_same_incident_until_a_byte_arrives() 
 
 
 @pytest.mark.parametrize(("fast_ms", "slow_ms", "stall_s"), [(50.0, 3000.0, 1.0), (200.0, 1500.0, 0.6)])
-def test_a_replica_stopped_between_waves_is_judged_on_its_own_ttfts_not_a_slow_peers(
+def test_a_replica_stopped_between_waves_is_judged_on_its_own_first_chunks_not_a_slow_peers(
         fast_ms: float, slow_ms: float, stall_s: float) -> None:
     """Fleet: `a` answers in fast_ms, `b` queues for slow_ms. Both have requests waiting and no
     stream open. `a` has waited 4x its own longest TTFT (and stall_s): a stop, though the fleet's
@@ -269,11 +277,11 @@ def test_a_replica_stopped_between_waves_is_judged_on_its_own_ttfts_not_a_slow_p
     for k in range(1, 6):
         w.check(t + int((limit_a + 0.05 * k) * S))
     assert [(f.kind, f.replica) for f in fired] == [("engine_stopped", "a")]
-    assert fired[0].detail["ttft_max_ms"] == pytest.approx(fast_ms)
+    assert fired[0].detail["first_chunk_max_ms"] == pytest.approx(fast_ms)
 
 
-def test_a_replica_with_too_few_ttfts_of_its_own_is_judged_on_the_runs() -> None:
-    own = {"a": deque([40.0] * 3, maxlen=500)}  # below MIN_TTFTS
+def test_a_replica_with_too_few_answers_of_its_own_is_judged_on_the_runs() -> None:
+    own = {"a": deque([40.0] * 3, maxlen=500)}  # below MIN_ANSWERS
     pool = FakePool({Ex(0, 0)}, last_read_ns=2 * S)
     fired: list[Trigger] = []
     w = Watcher(WatchSettings(stall_s=0.5), [pool], ["a"], Counters(), None, fired.append,
@@ -282,3 +290,43 @@ def test_a_replica_with_too_few_ttfts_of_its_own_is_judged_on_the_runs() -> None
     for k in range(30):  # 2.9 s of waiting: past 4 x 40 ms, within 4 x 900 ms
         w.check(2 * S + k * 100_000_000)
     assert fired == []
+
+
+@pytest.mark.parametrize(("empty", "first_ms", "stall_s"), [((0,), 25.0, 1.0), ((2, 5), 140.0, 0.8)])
+def test_a_stop_between_waves_after_streams_with_no_text_still_fires(
+        empty: tuple[int, ...], first_ms: float, stall_s: float) -> None:
+    """Round R72, a real vLLM: the first of the 8 requests finished before the engine core was
+    stopped streamed 96 tokens that all decoded to empty text (no first content, no TTFT). The
+    stop came between waves: the next 4 requests waited for a first byte and timed out, wave
+    after wave, and the watch, counting 7 TTFTs against its 8, never fired `engine_stopped`.
+    Every answered request is a yardstick for a wait for a first byte, with or without text."""
+    stats = LiveStats()
+    for k in range(MIN_ANSWERS):
+        send = k * S
+        chunk = send + int(first_ms * 1e6 * (0.6 + 0.05 * k))
+        stats.finished(send, chunk, None if k in empty else chunk + 1_000_000, 2e6, None, 4)
+    assert stats.done == MIN_ANSWERS and len(stats.recent_ttft_ms) == MIN_ANSWERS - len(empty)
+    pool = FakePool({Ex(0, 0) for _ in range(4)}, last_read_ns=10 * S)
+    fired: list[Trigger] = []
+    w = start_watcher(Watch(WatchSettings(stall_s=stall_s), fired.append), [pool], [None],
+                      stats, fleet=False)
+    w._start_ns = 0
+    t = 10 * S + 10_000_000
+    for k in range(int(stall_s * 10) + 12):
+        w.check(t + k * 100_000_000)
+    assert [f.kind for f in fired] == ["engine_stopped"]
+    d = fired[0].detail
+    assert d["open_streams"] == 0 and d["waiting_for_first_byte"] == 4
+    assert d["longest_wait_s"] >= stall_s and d["first_chunk_max_ms"] == pytest.approx(
+        max(first_ms * (0.6 + 0.05 * k) for k in range(MIN_ANSWERS)), rel=1e-3)
+
+
+def test_live_stats_keep_first_chunks_per_replica_and_ttfts_only_where_there_was_text() -> None:
+    stats = LiveStats()
+    stats.finished(0, 30_000_000, 30_000_000, 1e6, "a", 2)
+    stats.finished(0, 50_000_000, None, None, "b", 3)
+    stats.finished(0, None, None, None, "b", 3)  # an answer with no chunk at all (empty body)
+    assert stats.done == 3 and list(stats.recent_ttft_ms) == [30.0]
+    assert list(stats.recent_first_chunk_ms) == [30.0, 50.0]
+    assert {k: list(v) for k, v in stats.replica_first_chunk_ms.items()} == {"a": [30.0], "b": [50.0]}
+    assert {k: list(v) for k, v in stats.replica_recent.items()} == {"a": [(1.0, 2)]}
