@@ -36,7 +36,7 @@ class Late(QuietHandler):
 @pytest.mark.parametrize("delay_s", [0.15, 0.4])
 def test_a_handler_whose_client_hung_up_prints_nothing_and_ends_with_the_server(
         capsys: pytest.CaptureFixture[str], delay_s: float) -> None:
-    before = threading.active_count()
+    before = set(threading.enumerate())
     with serve(Late, delay_s=delay_s, done=[], started=threading.Event()) as (url, h):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as s:
@@ -45,7 +45,9 @@ def test_a_handler_whose_client_hung_up_prints_nothing_and_ends_with_the_server(
             assert h.started.wait(30)
     # it wrote to the hung-up client, and the server waited for it to finish
     assert h.done in (["BrokenPipeError"], ["ConnectionResetError"])
-    assert threading.active_count() == before
+    # no thread the server started outlives it (compared by identity, not by count: a thread
+    # an earlier test in this worker left ending meanwhile made the count 9 against 10, R73)
+    assert [t.name for t in set(threading.enumerate()) - before] == []
     out = capsys.readouterr()
     assert out.err == "" and out.out == ""
 
