@@ -10,10 +10,10 @@ after it: where the run just before the probe was not the baseline, a fresh base
 measured after it. A host that slowed down since an older baseline (a busy neighbour arriving)
 moves every run, and a probe compared with a baseline from before that looks like a regression
 of its own (one named `kv_cache_dtype` alone, TTFT +20%, six runs after its baseline); a host
-that sped up hides the culprit's regression the same way, and ddmin then names a larger set. Delta debugging (Zeller and Hildebrandt's ddmin) narrows the set to
-a 1-minimal failing subset: one knob, or a combination when knobs only hurt together. A
-knob whose effect is within the gate's tolerance never makes a probe fail, so it is never
-part of the answer. Its worst case is n^2 + 3n probes for n settings, announced up front
+that sped up hides the culprit's regression the same way, and ddmin then names a larger set.
+Delta debugging (Zeller and Hildebrandt's ddmin) narrows the set to a 1-minimal failing subset:
+one knob, or a combination when knobs only hurt together. A knob whose effect is within the
+gate's tolerance never makes a probe fail, so it is never part of the answer. Its worst case is n^2 + 3n probes for n settings, announced up front
 as the budget together with the runs it allows; every run is stored and linked.
 """
 

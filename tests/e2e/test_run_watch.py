@@ -49,21 +49,21 @@ def test_a_frozen_engine_is_captured_during_the_stop(tmp_path: Path, at_step: in
     assert "vllm:num_requests_running" in body
 
 
-# Per trigger: the silence it measured, the content chunks the client stored inside it, the
-# longest gap between them around it, and the engine's own steps that ended inside it.
+# Per trigger: the silence it measured, the content chunks the client stored inside it, and
+# (for the failure message) the engine's own steps that ended inside it.
 SILENCE_SQL = """
 WITH w AS (
-  SELECT w.kind, w.detail, w.t_s,
+  SELECT w.run_id, w.kind, w.detail, w.t_s AS to_s,
          (CAST(json_extract(w.detail, '$.last_byte_ns') AS BIGINT) - r.t0_monotonic_ns) / 1e9 AS from_s,
          r.t0_monotonic_ns / 1e9 AS t0_s
-  FROM watch_triggers w, runs r
+  FROM watch_triggers w JOIN runs r USING (run_id)
 )
 SELECT w.kind, w.detail, w.to_s - w.from_s,
-       (SELECT count(*) FROM chunks c WHERE c.content AND c.t_ns / 1e9 > w.from_s + 0.001
+       (SELECT count(*) FROM chunks c WHERE c.run_id = w.run_id AND c.content AND c.t_ns / 1e9 > w.from_s + 0.001
           AND c.t_ns / 1e9 < w.to_s) AS chunks_inside,
-       (SELECT count(*) FROM engine_steps s WHERE s.end_s - w.t0_s > w.from_s + 0.05
+       (SELECT count(*) FROM engine_steps s WHERE s.run_id = w.run_id AND s.end_s - w.t0_s > w.from_s + 0.05
           AND s.end_s - w.t0_s < w.to_s - 0.05) AS steps_inside
-FROM (SELECT *, t_s AS to_s FROM w) w
+FROM w
 """
 
 
